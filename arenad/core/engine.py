@@ -1,0 +1,705 @@
+"""The ADR engine: every section of the paper as one pure, single-writer state machine.
+
+No I/O, no clock: time comes in with each event. One ``apply`` call is the whole hot path of
+arenad, so it is written as one flat function over struct-of-arrays state (``array`` columns,
+indexed by a dense player id). That layout keeps a player at a few hundred bytes and lets
+recalibration look at every rating at once through numpy without copying.
+
+The order of one update is fixed (issue 2, "the order of one update") so that every
+implementation of arenad agrees:
+
+1. new players join with the §2.2 initial state;
+2. a player is *returning* when its previous counted event is more than T_return days old;
+3. one snapshot of the active mean, then §5 decay of attacker and victim;
+4. P_ab (§3.1) from the decayed ratings and D(t) (§3.2) with the decayed sigmas;
+5. learning rates (§4.1 with the §8.1 base); the victim's times c_loss;
+6. raw changes, §8.2 weight and §8.3 pool for returning players, §8.4 cap, §4.2 clip;
+7. §4.3 sigma, §4.4 trend, §4.5 streak/window/count, then §6.1 placement and §6.4 accumulators.
+
+Internally a rating is stored as ``r``; the visible rating is ``mu = r + offset``. The offset is
+the scale anchor (docs/adr.md): a uniform shift that keeps the active mean at mu0 in O(1).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+from statistics import NormalDist
+
+import numpy as np
+from sortedcontainers import SortedList
+
+from arenad.core.params import TIER_COUNT, TIER_NAMES, ADRParams
+
+# Sorted-index keys are ints: -floor(r * 2**60) in the high bits and the player id in the low 32.
+# Scaling a double by a power of two is exact, so the key order is the rating order down to
+# 2**-60 rating points; ties below that (and exact ties) are broken by first-seen order.
+_KEY_SCALE = float(2**60)
+_ID_BITS = 32
+_ID_MASK = (1 << _ID_BITS) - 1
+MAX_PLAYERS = 1 << _ID_BITS
+
+_INF = math.inf
+_INV_PI = 1.0 / math.pi
+
+
+class Outcome(IntEnum):
+    """What ``Engine.apply`` did with one kill."""
+
+    APPLIED = 0
+    FILTERED = 1  # §2.1 repeat kill inside the cooldown: no state changed
+    SELF_KILL = 2  # attacker == victim: not a pairwise kill (§11 item 2)
+    NON_FINITE_TIME = 3
+    OUT_OF_ORDER = 4  # older than the engine clock by more than late_tolerance
+    TOO_MANY_PLAYERS = 5
+
+
+#: Reject reason names, as counted in summaries and metrics.
+REJECT_REASONS: dict[Outcome, str] = {
+    Outcome.SELF_KILL: "self_kill",
+    Outcome.NON_FINITE_TIME: "non_finite_time",
+    Outcome.OUT_OF_ORDER: "out_of_order",
+    Outcome.TOO_MANY_PLAYERS: "too_many_players",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerView:
+    """A player's visible state, as stored (decay is applied lazily at the player's next event)."""
+
+    player: str
+    mu: float
+    sigma: float
+    streak: int
+    trend: float
+    pool: float
+    n: int
+    last_t: float | None
+    tier: str | None
+    rank: int
+    returning_left: int
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TierInfo:
+    """Current boundaries (visible scale, B_1..B_14) and placed players per tier."""
+
+    boundaries: tuple[float, ...]
+    counts: tuple[int, ...]
+    calibrations: int
+    active: int
+
+
+def initial_boundaries(params: ADRParams) -> list[float]:
+    """B_1..B_14 before the first calibration (arenad choice, docs/adr.md §6.3).
+
+    The quantiles the §6.3 rule would give for a normal population around mu0 with spread
+    ``initial_spread``, so a placed player gets a sensible tier before P_min players are active.
+    """
+    nd = NormalDist(params.mu0, params.initial_spread)
+    out: list[float] = []
+    q = 0.0
+    for k in range(TIER_COUNT - 1):
+        q += params.tier_proportions[k]
+        u = min(max(1.0 - q, 1e-9), 1.0 - 1e-9)
+        out.append(nd.inv_cdf(u))
+    return out
+
+
+class Engine:
+    """The whole ADR state of one ladder, updated one kill at a time."""
+
+    def __init__(self, params: ADRParams | None = None) -> None:
+        p = params if params is not None else ADRParams()
+        self.params = p
+        self.names: list[str] = []
+        self.ids: dict[str, int] = {}
+        # Per-player columns (struct of arrays).
+        self._r = array("d")
+        self._sigma = array("d")
+        self._streak = array("q")
+        self._phi = array("d")
+        self._pool = array("d")
+        self._n = array("q")
+        self._last = array("d")
+        self._wsum = array("d")
+        self._ret = array("l")
+        self._hup = array("d")
+        self._hdown = array("d")
+        self._tier = bytearray()  # 0 = unplaced, k = tier k (1..15)
+        self._active = bytearray()
+        self._wring = array("d")  # window_len slots per player, §2.2 sliding window
+        self._aring = array("d")  # n_active slots per player: times of the last counted events
+        self._ladder: SortedList = SortedList()
+        # Population aggregates kept in step with every update (recomputed exactly at recalibration).
+        self._sum_r_all = 0.0
+        self._sum_r_active = 0.0
+        self._n_active = 0
+        self._sum_sigma = 0.0
+        self._expiry: list[tuple[float, int]] = []  # one heap entry per active player
+        # Tiers: _bounds[k] is B_k in internal units; B_0 = +inf and B_15 = -inf are sentinels.
+        b = initial_boundaries(p)
+        self._bounds: list[float] = [_INF, *b, -_INF]
+        self._neg_bounds: list[float] = [-x for x in b]
+        self._tier_counts = [0] * (TIER_COUNT + 1)
+        self.calibrations = 0
+        self.offset = 0.0  # visible mu = r + offset
+        self._r_lo = p.mu_min
+        self._r_hi = p.mu_max
+        # §2.1 cooldown: (attacker_id << 32 | victim_id) -> time of the last counted kill.
+        self._cooldown: dict[int, float] = {}
+        self._cooldown_prune_at = 1 << 16
+        self.clock = -_INF
+        self.next_recalibration = -_INF
+        # Counters.
+        self.applied = 0
+        self.filtered = 0
+        self.rejected: dict[str, int] = {}
+        self.late_applied = 0
+        self.tier_changes = 0
+
+    # ------------------------------------------------------------------ players
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def _add_player(self, name: str) -> int:
+        i = len(self.names)
+        p = self.params
+        self.names.append(name)
+        self.ids[name] = i
+        r0 = p.mu0 - self.offset
+        self._r.append(r0)
+        self._sigma.append(p.sigma0)
+        self._streak.append(0)
+        self._phi.append(0.0)
+        self._pool.append(0.0)
+        self._n.append(0)
+        self._last.append(-_INF)
+        self._wsum.append(0.0)
+        self._ret.append(0)
+        self._hup.append(0.0)
+        self._hdown.append(0.0)
+        self._tier.append(0)
+        self._active.append(0)
+        self._wring.extend(_zeros(p.window_len))
+        self._aring.extend(_zeros(p.n_active))
+        self._ladder.add(_key(r0, i))
+        self._sum_r_all += r0
+        self._sum_sigma += p.sigma0
+        return i
+
+    # ------------------------------------------------------------------ the hot path
+    def apply(self, attacker: str, victim: str, t: float) -> Outcome:
+        """Rate one kill: ``attacker`` killed ``victim`` at ``t`` (seconds)."""
+        p = self.params
+        if attacker == victim:
+            return self._reject(Outcome.SELF_KILL)
+        if not math.isfinite(t):
+            return self._reject(Outcome.NON_FINITE_TIME)
+        clock = self.clock
+        if t < clock:
+            if t < clock - p.late_tolerance:
+                return self._reject(Outcome.OUT_OF_ORDER)
+            # A slightly late event is applied at the engine clock, so time never runs backwards
+            # for decay, activity or the cooldown (docs/adr.md "out-of-order events").
+            t = clock
+            self.late_applied += 1
+        ids = self.ids
+        a = ids.get(attacker)
+        b = ids.get(victim)
+        # §2.1 cooldown, before anything changes.
+        if a is not None and b is not None:
+            pair = (a << _ID_BITS) | b
+            last_kill = self._cooldown.get(pair)
+            if last_kill is not None and t - last_kill < p.t_cooldown:
+                self.filtered += 1
+                return Outcome.FILTERED
+        # Step 1: newcomers join the tracked set now.
+        if a is None or b is None:
+            if len(self.names) + (a is None) + (b is None) > MAX_PLAYERS:
+                return self._reject(Outcome.TOO_MANY_PLAYERS)
+            if a is None:
+                a = self._add_player(attacker)
+            if b is None:
+                b = self._add_player(victim)
+        cooldown = self._cooldown
+        cooldown[(a << _ID_BITS) | b] = t
+        if len(cooldown) > self._cooldown_prune_at:
+            self._prune_cooldown(t)
+        self.clock = t
+
+        r_arr = self._r
+        s_arr = self._sigma
+        last_arr = self._last
+        n_arr = self._n
+        day = p.day_seconds
+
+        # Step 2: returning players (§8.2/§8.3 apply for the next `returning_events` events).
+        ra_old = r_arr[a]
+        rb_old = r_arr[b]
+        sa_old = s_arr[a]
+        sb_old = s_arr[b]
+        la = last_arr[a]
+        lb = last_arr[b]
+        ret = self._ret
+        t_ret = p.t_return * day
+        if n_arr[a] > 0 and t - la > t_ret:
+            ret[a] = p.returning_events
+        if n_arr[b] > 0 and t - lb > t_ret:
+            ret[b] = p.returning_events
+
+        # Step 3: one snapshot of the active mean (§2.3, fallback to all players), then §5 decay.
+        expiry = self._expiry
+        if expiry and expiry[0][0] <= t:
+            self._expire(t)
+        if self._n_active > 0:
+            mean = self._sum_r_active / self._n_active
+        else:
+            mean = self._sum_r_all / len(self.names)
+        tau_s = p.tau * day
+        drift = p.sigma_drift / day
+        smax = p.sigma_max
+        ra = ra_old
+        sa = sa_old
+        if n_arr[a] > 0 and t > la:
+            ra = mean + (ra - mean) * math.exp(-(t - la) / tau_s)
+            sa = sa + drift * (t - la)
+            if sa > smax:
+                sa = smax
+        rb = rb_old
+        sb = sb_old
+        if n_arr[b] > 0 and t > lb:
+            rb = mean + (rb - mean) * math.exp(-(t - lb) / tau_s)
+            sb = sb + drift * (t - lb)
+            if sb > smax:
+                sb = smax
+
+        # Step 4: §3.1 kill probability with §3.2 diffusion over all tracked players.
+        sum_sigma = self._sum_sigma - sa_old - sb_old + sa + sb
+        d = p.theta + p.lambda_ * sum_sigma / len(self.names)
+        p_ab = 0.5 + _INV_PI * math.atan((ra - rb) / d)
+        surprise = 1.0 - p_ab
+
+        # Step 5: §4.1 learning rates with the §8.1 peak-shaped base.
+        speak = p.sigma_peak
+        span = p.eta_max - p.eta_min
+        wlen = p.window_len
+        wsum = self._wsum
+        streak = self._streak
+        phi = self._phi
+        na = n_arr[a]
+        nb = n_arr[b]
+        eta_a = p.eta_min + span * (2.0 * sa * speak) / (sa * sa + speak * speak)
+        s = streak[a]
+        eta_a *= 1.0 + p.rho_s * (s if s < p.s_max else p.s_max)
+        eta_a /= 1.0 + p.rho_v * ((wsum[a] / (na if na < wlen else wlen)) if na else 0.0) / p.w_ref
+        f = phi[a]
+        if f > 0.0:
+            eta_a *= 1.0 + p.gamma_phi * f
+        eta_b = p.eta_min + span * (2.0 * sb * speak) / (sb * sb + speak * speak)
+        s = streak[b]
+        eta_b *= 1.0 + p.rho_s * (s if s < p.s_max else p.s_max)
+        eta_b /= 1.0 + p.rho_v * ((wsum[b] / (nb if nb < wlen else wlen)) if nb else 0.0) / p.w_ref
+        f = phi[b]
+        if f > 0.0:
+            eta_b *= 1.0 + p.gamma_phi * f
+        eta_b *= p.c_loss
+
+        # Step 6: §4.2 raw change (victim: the corrected rule unless configured "printed").
+        da = eta_a * surprise
+        db = -eta_b * (surprise if p.loser_rule == "corrected" else p_ab)
+        pool = self._pool
+        if ret[a] or pool[a] != 0.0:
+            da = self._pooled(a, da, sa)
+        if ret[b] or pool[b] != 0.0:
+            db = self._pooled(b, db, sb) if (p.pool_losses or not ret[b]) else db
+        dmax = p.delta_max
+        # §8.4 cap, then the §4.2 clip to [mu_min, mu_max] (internal units).
+        if da > dmax:
+            da = dmax
+        elif da < -dmax:
+            da = -dmax
+        if db > dmax:
+            db = dmax
+        elif db < -dmax:
+            db = -dmax
+        lo = self._r_lo
+        hi = self._r_hi
+        ra_new = ra + da
+        if ra_new > hi:
+            ra_new = hi
+        elif ra_new < lo:
+            ra_new = lo
+        rb_new = rb + db
+        if rb_new > hi:
+            rb_new = hi
+        elif rb_new < lo:
+            rb_new = lo
+        da = ra_new - ra
+        db = rb_new - rb
+
+        # Step 7: §4.3 two-stage sigma from the final visible change.
+        inv_g2 = 1.0 / (p.gamma * p.gamma)
+        smin = p.sigma_min
+        sa_new = 1.0 / math.sqrt(1.0 / (sa * sa + da * da) + inv_g2)
+        if sa_new < smin:
+            sa_new = smin
+        elif sa_new > smax:
+            sa_new = smax
+        sb_new = 1.0 / math.sqrt(1.0 / (sb * sb + db * db) + inv_g2)
+        if sb_new < smin:
+            sb_new = smin
+        elif sb_new > smax:
+            sb_new = smax
+        # §4.4 trend with the same P_ab.
+        lp = p.lambda_phi
+        f = (1.0 - lp) * phi[a] + lp * surprise
+        phi[a] = f if f < 1.0 else 1.0
+        f = (1.0 - lp) * phi[b] - lp * surprise
+        phi[b] = f if f > -1.0 else -1.0
+        # §4.5 streak, window, count, last event time.
+        streak[a] += 1
+        streak[b] = 0
+        wring = self._wring
+        slot = a * wlen + na % wlen
+        wsum[a] += abs(da) - wring[slot]
+        wring[slot] = abs(da)
+        if na % wlen == wlen - 1:  # re-sum once per lap so rounding never accumulates
+            wsum[a] = math.fsum(wring[a * wlen : (a + 1) * wlen])
+        slot = b * wlen + nb % wlen
+        wsum[b] += abs(db) - wring[slot]
+        wring[slot] = abs(db)
+        if nb % wlen == wlen - 1:
+            wsum[b] = math.fsum(wring[b * wlen : (b + 1) * wlen])
+        n_arr[a] = na + 1
+        n_arr[b] = nb + 1
+        last_arr[a] = t
+        last_arr[b] = t
+        if ret[a]:
+            ret[a] -= 1
+        if ret[b]:
+            ret[b] -= 1
+
+        # Store, keeping the aggregates and the ladder index in step.
+        r_arr[a] = ra_new
+        r_arr[b] = rb_new
+        s_arr[a] = sa_new
+        s_arr[b] = sb_new
+        self._sum_sigma = sum_sigma - sa - sb + sa_new + sb_new
+        self._sum_r_all += ra_new - ra_old + rb_new - rb_old
+        active = self._active
+        if active[a]:
+            self._sum_r_active += ra_new - ra_old
+        if active[b]:
+            self._sum_r_active += rb_new - rb_old
+        ladder = self._ladder
+        if ra_new != ra_old:
+            ladder.remove(_key(ra_old, a))
+            ladder.add(_key(ra_new, a))
+        if rb_new != rb_old:
+            ladder.remove(_key(rb_old, b))
+            ladder.add(_key(rb_new, b))
+        self._count_activity(a, na, t, ra_new)
+        self._count_activity(b, nb, t, rb_new)
+        # §6.1 placement and §6.4 accumulators.
+        tier = self._tier
+        if tier[a] or na + 1 >= p.n_min:
+            self._tiers_after_event(a, ra_new, sa_new)
+        if tier[b] or nb + 1 >= p.n_min:
+            self._tiers_after_event(b, rb_new, sb_new)
+        self.applied += 1
+        return Outcome.APPLIED
+
+    def _pooled(self, i: int, delta: float, sigma: float) -> float:
+        """§8.2 evidence weight and §8.3 pool for player ``i``; returns the visible change."""
+        p = self.params
+        pool = self._pool
+        nu = pool[i]
+        lam = p.lambda_pool
+        if self._ret[i]:
+            eff = delta * p.sigma0 / (sigma + p.sigma0)  # §8.2
+            kept = nu * (1.0 - lam) if p.pool_release == "transfer" else nu
+            new_nu = kept + p.alpha * eff
+            lo = p.pool_low
+            hi = p.pool_high
+            pool[i] = lo if new_nu < lo else hi if new_nu > hi else new_nu
+            return (1.0 - p.alpha) * eff + lam * nu
+        if p.pool_release == "literal":
+            return delta  # the printed pool only acts while returning; what is left stays frozen
+        # After the returning phase the rest of the pool keeps draining at lambda_pool per event;
+        # a remainder under 0.01 points is released whole so the pool reaches exactly zero.
+        release = lam * nu
+        rest = nu - release
+        if -0.01 < rest < 0.01:
+            release = nu
+            rest = 0.0
+        pool[i] = rest
+        return delta + release
+
+    def _count_activity(self, i: int, n_before: int, t: float, r_now: float) -> None:
+        """Record a counted event at ``t`` in the §2.3 activity ring; activate when it qualifies."""
+        na = self.params.n_active
+        ring = self._aring
+        base = i * na
+        ring[base + n_before % na] = t
+        if self._active[i] or n_before + 1 < na:
+            return
+        horizon = ring[base + (n_before + 1) % na] + self.params.t_active * self.params.day_seconds
+        if horizon > t:
+            self._active[i] = 1
+            self._n_active += 1
+            self._sum_r_active += r_now
+            heapq.heappush(self._expiry, (horizon, i))
+
+    def _expire(self, t: float) -> None:
+        """§2.3: drop players whose n_active-th latest event left the look-back window."""
+        heap = self._expiry
+        na = self.params.n_active
+        window = self.params.t_active * self.params.day_seconds
+        ring = self._aring
+        n_arr = self._n
+        while heap and heap[0][0] <= t:
+            _, i = heapq.heappop(heap)
+            horizon = ring[i * na + n_arr[i] % na] + window
+            if horizon > t:  # renewed since this entry was pushed
+                heapq.heappush(heap, (horizon, i))
+            else:
+                self._active[i] = 0
+                self._n_active -= 1
+                self._sum_r_active -= self._r[i]
+
+    def _tiers_after_event(self, i: int, r: float, sigma: float) -> None:
+        p = self.params
+        k = self._tier[i]
+        if k == 0:
+            # §6.1 placement: enough evidence and low enough uncertainty.
+            if self._n[i] >= p.n_min and sigma <= p.sigma_place:
+                k = 1 + bisect_left(self._neg_bounds, -r)
+                self._tier[i] = k
+                self._tier_counts[k] += 1
+                self._hup[i] = 0.0
+                self._hdown[i] = 0.0
+            return
+        # §6.4 promotion / demotion accumulators against the current tier's own boundaries.
+        upper = self._bounds[k - 1]
+        lower = self._bounds[k]
+        if r >= upper:
+            h = self._hup[i] + (r - upper)
+            self._hdown[i] = 0.0
+            if h >= p.h_req:
+                self._move_tier(i, k, k - 1)
+            else:
+                self._hup[i] = h
+        elif r < lower:
+            h = self._hdown[i] + (lower - r)
+            self._hup[i] = 0.0
+            if h >= p.h_req:
+                self._move_tier(i, k, k + 1)
+            else:
+                self._hdown[i] = h
+        else:
+            self._hup[i] = 0.0
+            self._hdown[i] = 0.0
+
+    def _move_tier(self, i: int, old: int, new: int) -> None:
+        self._tier[i] = new
+        self._tier_counts[old] -= 1
+        self._tier_counts[new] += 1
+        self._hup[i] = 0.0
+        self._hdown[i] = 0.0
+        self.tier_changes += 1
+
+    def _reject(self, outcome: Outcome) -> Outcome:
+        reason = REJECT_REASONS[outcome]
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        return outcome
+
+    def _prune_cooldown(self, t: float) -> None:
+        horizon = t - self.params.t_cooldown
+        cd = self._cooldown
+        self._cooldown = {k: v for k, v in cd.items() if v > horizon}
+        self._cooldown_prune_at = max(1 << 16, 2 * len(self._cooldown))
+
+    # ------------------------------------------------------------------ recalibration
+    def recalibration_due(self, t: float) -> bool:
+        """True when event time ``t`` has reached the next scheduled recalibration."""
+        return t >= self.next_recalibration
+
+    def recalibrate(self, t: float | None = None) -> None:
+        """§6.3 boundaries, the scale anchor and housekeeping, at event time ``t``.
+
+        Replay and the daemon call this at the same event-time points (every
+        ``recalibrate_interval`` seconds of event time) so that both reach the same state.
+        """
+        p = self.params
+        now = self.clock if t is None else max(t, self.clock)
+        self.next_recalibration = now + p.recalibrate_interval
+        if not self.names:
+            return
+        if self._expiry and self._expiry[0][0] <= now:
+            self._expire(now)
+        r = np.frombuffer(self._r, dtype=np.float64)
+        sigma = np.frombuffer(self._sigma, dtype=np.float64)
+        mask = np.frombuffer(self._active, dtype=np.uint8).astype(bool)
+        active_r = r[mask] if self._n_active > 0 else r
+        # Exact sums, so incremental rounding never accumulates between recalibrations.
+        self._sum_r_all = math.fsum(r.tolist()) if len(r) < 4096 else float(np.sum(r))
+        self._sum_sigma = float(np.sum(sigma))
+        self._sum_r_active = float(np.sum(r[mask])) if self._n_active > 0 else 0.0
+        if p.anchor:
+            mean = float(np.mean(active_r))
+            self.offset = p.mu0 - mean
+            self._r_lo = p.mu_min - self.offset
+            self._r_hi = p.mu_max - self.offset
+            self._clamp_to_bounds()
+            active_r = r[mask] if self._n_active > 0 else r
+        if len(active_r) >= p.p_min:
+            # §6.3: B_k = F^-1(1 - q_k) over the active population, then EMA smoothing. The first
+            # calibration replaces the prior boundaries outright (docs/adr.md).
+            q = np.cumsum(np.asarray(p.tier_proportions, dtype=np.float64))[: TIER_COUNT - 1]
+            u = np.clip(1.0 - q, 0.0, 1.0)
+            target = np.quantile(active_r, u, method="inverted_cdf").tolist()
+            beta = 1.0 if self.calibrations == 0 else p.beta
+            old = self._bounds[1:TIER_COUNT]
+            new = [(1.0 - beta) * o + beta * g for o, g in zip(old, target, strict=True)]
+            self._bounds = [_INF, *new, -_INF]
+            self._neg_bounds = [-x for x in new]
+            self.calibrations += 1
+        self._prune_cooldown(now)
+
+    def _clamp_to_bounds(self) -> None:
+        """After an anchor shift, pull any rating outside [mu_min, mu_max] back onto the bound.
+
+        Only the ends of the ladder can be out of bounds, so this touches just those players.
+        """
+        ladder = self._ladder
+        r = self._r
+        for hi_side in (True, False):
+            while ladder:
+                key = ladder[0] if hi_side else ladder[-1]
+                i = key & _ID_MASK
+                old = r[i]
+                target = self._r_hi if hi_side else self._r_lo
+                if (old <= target) if hi_side else (old >= target):
+                    break
+                ladder.remove(key)
+                r[i] = target
+                ladder.add(_key(target, i))
+                self._sum_r_all += target - old
+                if self._active[i]:
+                    self._sum_r_active += target - old
+
+    # ------------------------------------------------------------------ queries
+    def mu(self, i: int) -> float:
+        return self._r[i] + self.offset
+
+    def tier_of(self, i: int) -> str | None:
+        k = self._tier[i]
+        return TIER_NAMES[k - 1] if k else None
+
+    def rank(self, i: int) -> int:
+        """1-based ladder position; equal ratings share the better rank (competition ranking)."""
+        q = -math.floor(self._r[i] * _KEY_SCALE)
+        return int(self._ladder.bisect_left(q << _ID_BITS)) + 1
+
+    def percentile(self, i: int) -> float:
+        """Share of tracked players rated strictly below this one, plus half of the ties, in %."""
+        q = -math.floor(self._r[i] * _KEY_SCALE)
+        above = int(self._ladder.bisect_left(q << _ID_BITS))
+        through = int(self._ladder.bisect_left((q + 1) << _ID_BITS))
+        total = len(self.names)
+        below = total - through
+        if total <= 1:
+            return 100.0
+        return 100.0 * (below + 0.5 * (through - above - 1)) / (total - 1)
+
+    def top(self, n: int, offset: int = 0) -> list[int]:
+        """Player ids of ladder positions offset+1 .. offset+n, best first."""
+        if n <= 0 or offset < 0:
+            return []
+        return [k & _ID_MASK for k in self._ladder.islice(offset, offset + n)]
+
+    def around(self, i: int, n: int) -> list[int]:
+        """Up to ``n`` players above and ``n`` below player ``i``, with ``i`` itself, best first."""
+        pos = int(self._ladder.index(_key(self._r[i], i)))
+        start = max(0, pos - n)
+        return [k & _ID_MASK for k in self._ladder.islice(start, pos + n + 1)]
+
+    def ladder_ids(self) -> Iterator[int]:
+        """Every player id, best first."""
+        for k in self._ladder:
+            yield k & _ID_MASK
+
+    def view(self, i: int) -> PlayerView:
+        return PlayerView(
+            player=self.names[i],
+            mu=self._r[i] + self.offset,
+            sigma=self._sigma[i],
+            streak=self._streak[i],
+            trend=self._phi[i],
+            pool=self._pool[i],
+            n=self._n[i],
+            last_t=self._last[i] if self._n[i] else None,
+            tier=self.tier_of(i),
+            rank=self.rank(i),
+            returning_left=self._ret[i],
+            active=bool(self._active[i]),
+        )
+
+    def predict(self, i: int, j: int) -> float:
+        """§3.1 P(i kills j) from stored ratings and the current D(t)."""
+        d = self.params.theta + self.params.lambda_ * self.mean_sigma
+        return 0.5 + _INV_PI * math.atan((self._r[i] - self._r[j]) / d)
+
+    @property
+    def mean_sigma(self) -> float:
+        return self._sum_sigma / len(self.names) if self.names else self.params.sigma0
+
+    @property
+    def active_count(self) -> int:
+        return self._n_active
+
+    def tier_info(self) -> TierInfo:
+        return TierInfo(
+            boundaries=tuple(b + self.offset for b in self._bounds[1:TIER_COUNT]),
+            counts=tuple(self._tier_counts[1:]),
+            calibrations=self.calibrations,
+            active=self._n_active,
+        )
+
+    def active_mean(self) -> float:
+        """Visible mean rating of the active set (all players when none is active)."""
+        if not self.names:
+            return self.params.mu0
+        if self._n_active:
+            return self._sum_r_active / self._n_active + self.offset
+        return self._sum_r_all / len(self.names) + self.offset
+
+    def ladder_is_consistent(self) -> bool:
+        """Index and ratings agree: one entry per player, in non-increasing rating order."""
+        ids = [k & _ID_MASK for k in self._ladder]
+        if sorted(ids) != list(range(len(self.names))):
+            return False
+        r = self._r
+        return all(r[ids[j]] >= r[ids[j + 1]] for j in range(len(ids) - 1))
+
+
+def _key(r: float, i: int) -> int:
+    # Ascending key order = descending rating; see _KEY_SCALE.
+    return (-math.floor(r * _KEY_SCALE) << _ID_BITS) | i
+
+
+_ZERO_CACHE: dict[int, array[float]] = {}
+
+
+def _zeros(n: int) -> array[float]:
+    z = _ZERO_CACHE.get(n)
+    if z is None:
+        z = _ZERO_CACHE[n] = array("d", bytes(8 * n))
+    return z

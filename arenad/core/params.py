@@ -1,0 +1,263 @@
+"""ADR parameters (paper §9) plus the few choices arenad had to add where the paper is silent.
+
+Every field is validated on construction; a refusal names the key (as written in the ``[adr]``
+TOML section) and the bad value. ``ADRParams.from_mapping`` is what the settings loader uses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from arenad.errors import ConfigError, ConfigProblem
+
+TIER_COUNT = 15
+#: §6.2 tier order, highest first; index k-1 holds tier k.
+TIER_NAMES: tuple[str, ...] = (
+    "1H", "1M", "1L", "2H", "2M", "2L", "3H", "3M", "3L",
+    "4H", "4M", "4L", "5H", "5M", "5L",
+)  # fmt: skip
+
+LoserRule = Literal["corrected", "printed"]
+PoolRelease = Literal["transfer", "literal"]
+
+
+def _uniform() -> tuple[float, ...]:
+    return tuple(1.0 / TIER_COUNT for _ in range(TIER_COUNT))
+
+
+@dataclass(frozen=True, slots=True)
+class ADRParams:
+    """All ADR parameters. Defaults are the paper's §9 table unless marked as an arenad choice."""
+
+    # §2.2 / §4.2 / §7.1 skill
+    mu0: float = 1000.0
+    mu_min: float = 0.0
+    mu_max: float = 4000.0
+    # §4.3 uncertainty
+    sigma0: float = 350.0
+    sigma_min: float = 10.0
+    sigma_max: float = 400.0
+    gamma: float = 100.0
+    # §8.1 peak-shaped base learning rate (replaces the K_sigma form of §4.1)
+    sigma_peak: float = 200.0
+    eta_min: float = 4.0
+    eta_max: float = 40.0
+    # §4.1 rate modifiers
+    rho_s: float = 0.15
+    s_max: int = 5
+    rho_v: float = 0.3
+    w_ref: float = 20.0
+    gamma_phi: float = 0.3
+    lambda_phi: float = 0.2
+    c_loss: float = 0.8
+    # §2.1 cooldown, seconds
+    t_cooldown: float = 60.0
+    # §3.2 diffusion: D = theta + lambda * mean sigma
+    theta: float = 400.0
+    lambda_: float = 0.5
+    # §5 decay: tau in days, sigma_drift per day
+    tau: float = 30.0
+    sigma_drift: float = 5.0
+    # §8 returning players: t_return in days
+    t_return: float = 60.0
+    alpha: float = 0.7
+    lambda_pool: float = 0.2
+    nu_min: float | None = None  # None: -delta_max (§9)
+    nu_max: float | None = None  # None: +delta_max (§9)
+    delta_max: float = 60.0
+    # §6 placement and tiers
+    n_min: int = 15
+    sigma_place: float = 180.0
+    t_active: float = 7.0  # days
+    n_active: int = 5
+    p_min: int = 20
+    h_req: float = 400.0
+    beta: float = 0.2
+    window_len: int = 20  # the paper's L
+    tier_proportions: tuple[float, ...] = field(default_factory=_uniform)  # the paper's p_k
+    day_seconds: float = 86400.0  # the paper's T_day, with event times in seconds
+
+    # ---- arenad choices where the paper contradicts itself or is silent (docs/adr.md) ----
+    #: §4.2 victim update: "corrected" = -eta_b (1 - P_ab), "printed" = -eta_b P_ab as printed.
+    loser_rule: LoserRule = "corrected"
+    #: Keep the active mean at mu0 by a uniform O(1) shift at each recalibration.
+    anchor: bool = True
+    #: §8.3 pool: "transfer" moves what is released out of the pool; "literal" never drains it.
+    pool_release: PoolRelease = "transfer"
+    #: Counted events a returning player spends under §8.2/§8.3 (0: n_min).
+    return_events: int = 0
+    #: Whether the victim's loss of a returning player goes through §8.2/§8.3 as well.
+    pool_losses: bool = True
+    #: Boundaries before the first calibration are normal quantiles around mu0 with this spread.
+    initial_spread: float = 150.0
+    #: Event-time seconds between recalibrations (§6.3), the anchor and cooldown pruning.
+    recalibrate_interval: float = 300.0
+    #: An event older than the engine clock by at most this is applied at the clock; older: rejected.
+    late_tolerance: float = 5.0
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigError(problems)
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def pool_low(self) -> float:
+        """§8.3 nu_min, defaulting to -delta_max."""
+        return -self.delta_max if self.nu_min is None else self.nu_min
+
+    @property
+    def pool_high(self) -> float:
+        """§8.3 nu_max, defaulting to +delta_max."""
+        return self.delta_max if self.nu_max is None else self.nu_max
+
+    @property
+    def returning_events(self) -> int:
+        return self.return_events if self.return_events > 0 else max(1, self.n_min)
+
+    # -- validation ------------------------------------------------------------------------
+    def problems(self) -> list[ConfigProblem]:
+        """Every invalid value, each with its TOML key; empty when the set is valid."""
+        out: list[ConfigProblem] = []
+
+        def bad(name: str, message: str) -> None:
+            out.append(ConfigProblem(f"adr.{_toml_key(name)}", getattr(self, name), message))
+
+        for f in fields(self):
+            v = getattr(self, f.name)
+            kind = _KINDS.get(f.name)
+            if kind is float:
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    bad(f.name, "must be a number")
+                elif not math.isfinite(v):
+                    bad(f.name, "must be finite")
+            elif kind is int:
+                if isinstance(v, bool) or not isinstance(v, int):
+                    bad(f.name, "must be an integer")
+            elif kind is bool and not isinstance(v, bool):
+                bad(f.name, "must be true or false")
+        if out:  # range checks below assume the types are right
+            return out
+
+        def need(cond: bool, name: str, message: str) -> None:
+            if not cond:
+                bad(name, message)
+
+        need(self.mu_min < self.mu_max, "mu_max", "must be greater than mu_min")
+        need(self.mu_min <= self.mu0 <= self.mu_max, "mu0", "must lie in [mu_min, mu_max]")
+        need(self.sigma_min > 0, "sigma_min", "must be > 0")
+        need(self.sigma_min <= self.sigma_max, "sigma_max", "must be >= sigma_min")
+        need(
+            self.sigma_min <= self.sigma0 <= self.sigma_max,
+            "sigma0",
+            "must lie in [sigma_min, sigma_max]",
+        )
+        need(self.gamma > 0, "gamma", "must be > 0")
+        need(self.sigma_peak > 0, "sigma_peak", "must be > 0")
+        need(self.eta_min >= 0, "eta_min", "must be >= 0")
+        need(self.eta_max >= self.eta_min, "eta_max", "must be >= eta_min")
+        for name in ("rho_s", "rho_v", "gamma_phi", "lambda_", "sigma_drift", "t_cooldown"):
+            need(getattr(self, name) >= 0, name, "must be >= 0")
+        need(self.s_max >= 0, "s_max", "must be >= 0")
+        need(self.w_ref > 0, "w_ref", "must be > 0")
+        need(0 < self.lambda_phi <= 1, "lambda_phi", "must lie in (0, 1]")
+        need(0 < self.c_loss <= 1, "c_loss", "must lie in (0, 1]")
+        need(self.theta > 0, "theta", "must be > 0")
+        need(self.tau > 0, "tau", "must be > 0 (days)")
+        need(self.t_return > 0, "t_return", "must be > 0 (days)")
+        need(0 <= self.alpha <= 1, "alpha", "must lie in [0, 1]")
+        need(0 < self.lambda_pool <= 1, "lambda_pool", "must lie in (0, 1]")
+        need(self.delta_max > 0, "delta_max", "must be > 0")
+        for name in ("nu_min", "nu_max"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                bad(name, "must be a number (or left out for -/+ delta_max)")
+            elif v is not None and not math.isfinite(v):
+                bad(name, "must be finite")
+        if not out:
+            need(self.pool_low <= 0, "nu_min", "must be <= 0")
+            need(self.pool_high >= 0, "nu_max", "must be >= 0")
+        need(self.n_min >= 0, "n_min", "must be >= 0")
+        need(
+            self.sigma_min <= self.sigma_place,
+            "sigma_place",
+            "must be >= sigma_min, or no player could ever be placed",
+        )
+        need(self.t_active > 0, "t_active", "must be > 0 (days)")
+        need(self.n_active >= 1, "n_active", "must be >= 1")
+        need(self.p_min >= 1, "p_min", "must be >= 1")
+        need(self.h_req >= 0, "h_req", "must be >= 0")
+        need(0 < self.beta <= 1, "beta", "must lie in (0, 1]")
+        need(1 <= self.window_len <= 10_000, "window_len", "must lie in [1, 10000]")
+        need(self.day_seconds > 0, "day_seconds", "must be > 0")
+        need(self.loser_rule in ("corrected", "printed"), "loser_rule", 'must be "corrected" or "printed"')
+        need(self.pool_release in ("transfer", "literal"), "pool_release", 'must be "transfer" or "literal"')
+        need(self.return_events >= 0, "return_events", "must be >= 0 (0 means n_min)")
+        need(self.initial_spread > 0, "initial_spread", "must be > 0")
+        need(self.recalibrate_interval > 0, "recalibrate_interval", "must be > 0 (seconds)")
+        need(self.late_tolerance >= 0, "late_tolerance", "must be >= 0 (seconds)")
+        p = self.tier_proportions
+        if not isinstance(p, tuple) or len(p) != TIER_COUNT:
+            bad("tier_proportions", f"must be a list of {TIER_COUNT} numbers (1H first)")
+        elif any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in p):
+            bad("tier_proportions", "every entry must be a number")
+        elif any(not math.isfinite(x) or x < 0 for x in p):
+            bad("tier_proportions", "every entry must be finite and >= 0")
+        elif abs(math.fsum(p) - 1.0) > 1e-6:
+            bad("tier_proportions", f"must sum to 1 (sums to {math.fsum(p)!r})")
+        return out
+
+    # -- construction from TOML --------------------------------------------------------------
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], section: str = "adr") -> ADRParams:
+        """Build from a TOML table; unknown keys and bad values are all reported at once."""
+        known = {_toml_key(f.name): f.name for f in fields(cls)}
+        problems: list[ConfigProblem] = []
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            name = known.get(key)
+            if name is None:
+                problems.append(ConfigProblem(f"{section}.{key}", value, "unknown key"))
+                continue
+            if name == "tier_proportions" and isinstance(value, list):
+                value = tuple(value)
+            if _KINDS.get(name) is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            kwargs[name] = value
+        if problems:
+            raise ConfigError(problems)
+        try:
+            return cls(**kwargs)
+        except ConfigError as e:
+            for p in e.problems:
+                p_key = p.key.replace("adr.", f"{section}.", 1)
+                problems.append(ConfigProblem(p_key, p.value, p.message))
+            raise ConfigError(problems) from None
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The TOML form (keys as in ``[adr]``), omitting unset optional keys."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            out[_toml_key(f.name)] = list(v) if isinstance(v, tuple) else v
+        return out
+
+
+def _toml_key(name: str) -> str:
+    # `lambda` is a Python keyword, so the field carries a trailing underscore.
+    return "lambda" if name == "lambda_" else name
+
+
+_KINDS: dict[str, type] = {}
+for _f in fields(ADRParams):
+    if _f.type in ("float", float):
+        _KINDS[_f.name] = float
+    elif _f.type in ("int", int):
+        _KINDS[_f.name] = int
+    elif _f.type in ("bool", bool):
+        _KINDS[_f.name] = bool
