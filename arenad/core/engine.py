@@ -163,6 +163,9 @@ class Engine:
         self.rejected: dict[str, int] = {}
         self.late_applied = 0
         self.tier_changes = 0
+        # Visible change of the last applied update (after decay, before nothing else).
+        self.last_delta_attacker = 0.0
+        self.last_delta_victim = 0.0
 
     # ------------------------------------------------------------------ players
     def __len__(self) -> int:
@@ -192,6 +195,35 @@ class Engine:
         self._ladder.add(_key(r0, i))
         self._sum_r_all += r0
         self._sum_sigma += p.sigma0
+        return i
+
+    def seed_player(self, name: str, mu: float, sigma: float, n: int, last_t: float, streak: int = 0) -> int:
+        """Start a player from a given state (experiments such as §10.6, and imports).
+
+        The activity ring is filled as if the player's recent events all happened at ``last_t``.
+        """
+        if name in self.ids:
+            raise ValueError(f"player {name!r} already exists")
+        p = self.params
+        if not (p.mu_min <= mu <= p.mu_max and p.sigma_min <= sigma <= p.sigma_max and n >= 0):
+            raise ValueError(f"state out of bounds for {name!r}: mu={mu!r} sigma={sigma!r} n={n!r}")
+        i = self._add_player(name)
+        r = mu - self.offset
+        self._ladder.remove(_key(self._r[i], i))
+        self._ladder.add(_key(r, i))
+        self._sum_r_all += r - self._r[i]
+        self._sum_sigma += sigma - self._sigma[i]
+        self._r[i] = r
+        self._sigma[i] = sigma
+        self._n[i] = n
+        self._streak[i] = streak
+        self._last[i] = last_t if n else -_INF
+        if n:
+            na = p.n_active
+            for j in range(na):
+                self._aring[i * na + j] = last_t
+            if n >= na:
+                self._count_activity(i, n - 1, last_t, r)
         return i
 
     # ------------------------------------------------------------------ the hot path
@@ -270,15 +302,13 @@ class Engine:
         if n_arr[a] > 0 and t > la:
             ra = mean + (ra - mean) * math.exp(-(t - la) / tau_s)
             sa = sa + drift * (t - la)
-            if sa > smax:
-                sa = smax
+            sa = min(sa, smax)
         rb = rb_old
         sb = sb_old
         if n_arr[b] > 0 and t > lb:
             rb = mean + (rb - mean) * math.exp(-(t - lb) / tau_s)
             sb = sb + drift * (t - lb)
-            if sb > smax:
-                sb = smax
+            sb = min(sb, smax)
 
         # Step 4: §3.1 kill probability with §3.2 diffusion over all tracked players.
         sum_sigma = self._sum_sigma - sa_old - sb_old + sa + sb
@@ -343,6 +373,8 @@ class Engine:
             rb_new = lo
         da = ra_new - ra
         db = rb_new - rb
+        self.last_delta_attacker = da
+        self.last_delta_victim = db
 
         # Step 7: §4.3 two-stage sigma from the final visible change.
         inv_g2 = 1.0 / (p.gamma * p.gamma)
@@ -525,6 +557,16 @@ class Engine:
         cd = self._cooldown
         self._cooldown = {k: v for k, v in cd.items() if v > horizon}
         self._cooldown_prune_at = max(1 << 16, 2 * len(self._cooldown))
+
+    def feed(self, attacker: str, victim: str, t: float) -> Outcome:
+        """``apply`` preceded by any recalibration that is due at ``t``: the replay contract.
+
+        Recalibration runs *before* the first event at or after each scheduled time, so any two
+        consumers of the same event stream (replay, the daemon) recalibrate at the same points.
+        """
+        if t >= self.next_recalibration:
+            self.recalibrate(t)
+        return self.apply(attacker, victim, t)
 
     # ------------------------------------------------------------------ recalibration
     def recalibration_due(self, t: float) -> bool:

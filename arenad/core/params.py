@@ -217,15 +217,16 @@ class ADRParams:
         known = {_toml_key(f.name): f.name for f in fields(cls)}
         problems: list[ConfigProblem] = []
         kwargs: dict[str, Any] = {}
-        for key, value in data.items():
+        for key, raw in data.items():
             name = known.get(key)
             if name is None:
-                problems.append(ConfigProblem(f"{section}.{key}", value, "unknown key"))
+                problems.append(ConfigProblem(f"{section}.{key}", raw, "unknown key"))
                 continue
-            if name == "tier_proportions" and isinstance(value, list):
-                value = tuple(value)
-            if _KINDS.get(name) is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
+            value = raw
+            if name == "tier_proportions" and isinstance(raw, list):
+                value = tuple(raw)
+            if _KINDS.get(name) is float and isinstance(raw, int) and not isinstance(raw, bool):
+                value = float(raw)
             kwargs[name] = value
         if problems:
             raise ConfigError(problems)

@@ -1,0 +1,139 @@
+"""Command line: ``arenad replay | simulate | check-config | version``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from arenad import __version__
+from arenad.errors import ArenadError, ConfigError
+from arenad.replay import FORMATS, replay_files, write_state
+from arenad.settings import load_settings
+from arenad.simulate import Population, event_stream, format_table, simulate_returning, simulate_tiers
+
+MODELS = ("adr",)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="arenad", description="Skill ratings for free-for-all arenas (ADR).")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    rp = sub.add_parser("replay", help="rate an event file offline and write the ladder")
+    rp.add_argument("--model", default="adr", choices=MODELS)
+    rp.add_argument("--format", default="arenad", choices=FORMATS, help="input format (default: arenad)")
+    rp.add_argument("--config", type=Path, help="TOML settings file ([adr] parameters)")
+    rp.add_argument("--out", type=Path, required=True, help="state file to write (JSON lines, best first)")
+    rp.add_argument("files", type=Path, nargs="+", help="event files: JSON lines or msgpack, in order")
+
+    sp = sub.add_parser("simulate", help="run the paper's experiments on simulated servers")
+    sp.add_argument("experiment", choices=("returning", "tiers"))
+    sp.add_argument("--config", type=Path, help="TOML settings file ([adr] parameters)")
+    sp.add_argument("--players", type=int, default=500, help="tiers: simulated players")
+    sp.add_argument("--days", type=int, default=28, help="tiers: simulated days")
+    sp.add_argument("--seed", type=int, default=1)
+    sp.add_argument("--kills", type=int, default=50, help="returning: consecutive kills")
+    sp.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+
+    gp = sub.add_parser("generate", help="write a simulated kill stream (JSON lines) for trying things out")
+    gp.add_argument("--players", type=int, default=200)
+    gp.add_argument("--days", type=int, default=7)
+    gp.add_argument("--seed", type=int, default=1)
+    gp.add_argument("--out", type=Path, required=True)
+
+    cp = sub.add_parser("check-config", help="validate a settings file; list every problem")
+    cp.add_argument("file", type=Path)
+
+    sub.add_parser("version", help="print the version")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "replay":
+            return _replay(args)
+        if args.command == "simulate":
+            return _simulate(args)
+        if args.command == "generate":
+            return _generate(args)
+        if args.command == "check-config":
+            load_settings(args.file)
+            print(f"{args.file}: ok")
+            return 0
+        print(__version__)
+        return 0
+    except ConfigError as e:
+        for p in e.problems:
+            print(f"{e.source or 'config'}: {p.key}: {p.value!r}: {p.message}", file=sys.stderr)
+        return 2
+    except ArenadError as e:
+        print(f"arenad: {e}", file=sys.stderr)
+        return 1
+
+
+def _replay(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)
+    for f in args.files:
+        if not f.is_file():
+            print(f"arenad replay: no such file: {f}", file=sys.stderr)
+            return 1
+    engine, summary = replay_files(args.files, settings.adr)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        write_state(engine, out)
+    tmp.replace(args.out)
+    print(json.dumps(summary.as_dict()))
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    events = event_stream(Population(players=args.players, days=args.days, seed=args.seed))
+    with args.out.open("w", encoding="utf-8") as out:
+        for n, (a, b, t) in enumerate(events):
+            out.write(
+                json.dumps({"t": round(t, 3), "attacker": a, "victim": b, "server": "sim-1", "id": str(n)})
+            )
+            out.write("\n")
+    print(json.dumps({"events": len(events), "players": args.players, "out": str(args.out)}))
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    params = load_settings(args.config).adr
+    if args.experiment == "returning":
+        rows = simulate_returning(params, kills=args.kills)
+        if args.json:
+            print(json.dumps(rows))
+            return 0
+        print("§10.6 returning player: rated 1000, back after 61 days, kills a 2000-rated player")
+        print(format_table(rows))
+        print(f"largest single visible change: {max(abs(r['delta_mu']) for r in rows):.3f}")
+        print(f"(delta_max = {params.delta_max})")
+        return 0
+    pop = Population(players=args.players, days=args.days, seed=args.seed)
+    out: dict[str, object] = {}
+    # The configured parameters, then the same with the scale anchor flipped, for comparison.
+    for label, p in (("configured", params), ("anchor flipped", replace(params, anchor=not params.anchor))):
+        rows, _ = simulate_tiers(p, pop)
+        out[label] = rows
+        if not args.json:
+            print(f"== {label} (anchor = {p.anchor}): {args.players} players, {args.days} days ==")
+            print(format_table(rows, [c for c in rows[0] if c != "shares"]))
+            print(
+                "tier shares at the end, % (1H..5L):", " ".join(f"{s * 100:.1f}" for s in rows[-1]["shares"])
+            )
+            print(
+                "target shares, %:                  ", " ".join(f"{s * 100:.1f}" for s in p.tier_proportions)
+            )
+            print()
+    if args.json:
+        print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Kill events as values, and the validation every source shares.
+
+A decoder turns bytes into plain Python objects; ``event_from_obj`` turns one such object into a
+``KillEvent`` or a ``Reject`` with a typed reason. Nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+#: Longest player, server, id or weapon string accepted, in UTF-8 bytes (wire schema).
+MAX_NAME_BYTES = 128
+
+
+class RejectReason(StrEnum):
+    """Why an input was refused. The value is the label used in summaries and metrics."""
+
+    MALFORMED = "malformed"
+    MISSING_FIELD = "missing_field"
+    BAD_TYPE = "bad_type"
+    NON_FINITE_TIME = "non_finite_time"
+    SELF_KILL = "self_kill"
+    FUTURE_TIME = "future_time"
+    TOO_OLD = "too_old"
+    DUPLICATE_ID = "duplicate_id"
+    UNAUTHORISED = "unauthorised"
+    OVERSIZE = "oversize"
+
+
+@dataclass(frozen=True, slots=True)
+class KillEvent:
+    """``attacker`` killed ``victim`` at ``t`` (unix seconds)."""
+
+    t: float
+    attacker: str
+    victim: str
+    server: str | None = None
+    id: str | None = None
+    weapon: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """A refused input with its reason and a short human-readable detail."""
+
+    reason: RejectReason
+    detail: str
+
+
+def _text(obj: dict[Any, Any], key: str, required: bool) -> str | Reject | None:
+    if key not in obj:
+        return Reject(RejectReason.MISSING_FIELD, f"missing {key!r}") if required else None
+    v = obj[key]
+    if v is None and not required:
+        return None
+    if not isinstance(v, str):
+        return Reject(RejectReason.BAD_TYPE, f"{key!r} must be a string, got {type(v).__name__}")
+    if not v and required:
+        return Reject(RejectReason.BAD_TYPE, f"{key!r} must not be empty")
+    if len(v) > MAX_NAME_BYTES or len(v.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return Reject(RejectReason.OVERSIZE, f"{key!r} longer than {MAX_NAME_BYTES} bytes")
+    return v
+
+
+def event_from_obj(obj: object) -> KillEvent | Reject:
+    """Validate one decoded event object (a JSON object or msgpack map) of the wire schema."""
+    if not isinstance(obj, dict):
+        return Reject(RejectReason.MALFORMED, f"an event must be a map, got {type(obj).__name__}")
+    if "t" not in obj:
+        return Reject(RejectReason.MISSING_FIELD, "missing 't'")
+    t = obj["t"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        return Reject(RejectReason.BAD_TYPE, f"'t' must be a number, got {type(t).__name__}")
+    try:
+        tf = float(t)
+    except OverflowError:
+        return Reject(RejectReason.NON_FINITE_TIME, "'t' does not fit a float")
+    if not math.isfinite(tf):
+        return Reject(RejectReason.NON_FINITE_TIME, f"'t' is {tf!r}")
+    fields: list[str | None] = []
+    for key, required in (("attacker", True), ("victim", True), ("server", False), ("weapon", False)):
+        v = _text(obj, key, required)
+        if isinstance(v, Reject):
+            return v
+        fields.append(v)
+    attacker, victim, server, weapon = fields
+    assert attacker is not None and victim is not None  # required fields were checked above
+    event_id: str | None = None
+    if obj.get("id") is not None:
+        raw = obj["id"]
+        if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+            return Reject(
+                RejectReason.BAD_TYPE, f"'id' must be a string or integer, got {type(raw).__name__}"
+            )
+        event_id = str(raw)
+        if len(event_id) > MAX_NAME_BYTES or len(event_id.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            return Reject(RejectReason.OVERSIZE, f"'id' longer than {MAX_NAME_BYTES} bytes")
+    if attacker == victim:
+        return Reject(RejectReason.SELF_KILL, "attacker and victim are the same player")
+    return KillEvent(tf, attacker, victim, server, event_id, weapon)
