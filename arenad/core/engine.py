@@ -197,7 +197,9 @@ class Engine:
         self._sum_sigma += p.sigma0
         return i
 
-    def seed_player(self, name: str, mu: float, sigma: float, n: int, last_t: float, streak: int = 0) -> int:
+    def seed_player(
+        self, name: str, *, mu: float, sigma: float, n: int, last_t: float, streak: int = 0
+    ) -> int:
         """Start a player from a given state (experiments such as §10.6, and imports).
 
         The activity ring is filled as if the player's recent events all happened at ``last_t``.
