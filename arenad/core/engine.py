@@ -32,17 +32,18 @@ from enum import IntEnum
 from statistics import NormalDist
 
 import numpy as np
-from sortedcontainers import SortedList
 
+from arenad.core.ladder import Ladder
 from arenad.core.params import TIER_COUNT, TIER_NAMES, ADRParams
 
-# Sorted-index keys are ints: -floor(r * 2**60) in the high bits and the player id in the low 32.
-# Scaling a double by a power of two is exact, so the key order is the rating order down to
-# 2**-60 rating points; ties below that (and exact ties) are broken by first-seen order.
-_KEY_SCALE = float(2**60)
-_ID_BITS = 32
+# Ladder keys are int64: -floor(r * 2**16) in the high bits, the player id in the low 24 bits, so
+# ascending key order is descending rating. Ratings closer than 2**-16 (1.5e-5) points, and exact
+# ties, are ordered by first-seen; |r| stays below 2**23 (see Engine._rebase), so keys fit 63 bits.
+_KEY_SCALE = float(2**16)
+_ID_BITS = 24
 _ID_MASK = (1 << _ID_BITS) - 1
 MAX_PLAYERS = 1 << _ID_BITS
+_REBASE_AT = float(2**20)
 
 _INF = math.inf
 _INV_PI = 1.0 / math.pi
@@ -136,7 +137,7 @@ class Engine:
         self._active = bytearray()
         self._wring = array("d")  # window_len slots per player, §2.2 sliding window
         self._aring = array("d")  # n_active slots per player: times of the last counted events
-        self._ladder: SortedList = SortedList()
+        self._ladder = Ladder()
         # Population aggregates kept in step with every update (recomputed exactly at recalibration).
         self._sum_r_all = 0.0
         self._sum_r_active = 0.0
@@ -211,8 +212,7 @@ class Engine:
             raise ValueError(f"state out of bounds for {name!r}: mu={mu!r} sigma={sigma!r} n={n!r}")
         i = self._add_player(name)
         r = mu - self.offset
-        self._ladder.remove(_key(self._r[i], i))
-        self._ladder.add(_key(r, i))
+        self._ladder.move(_key(self._r[i], i), _key(r, i))
         self._sum_r_all += r - self._r[i]
         self._sum_sigma += sigma - self._sigma[i]
         self._r[i] = r
@@ -225,7 +225,7 @@ class Engine:
             for j in range(na):
                 self._aring[i * na + j] = last_t
             if n >= na:
-                self._count_activity(i, n - 1, last_t, r)
+                self._activate(i, n, last_t, r)
         return i
 
     # ------------------------------------------------------------------ the hot path
@@ -432,15 +432,21 @@ class Engine:
             self._sum_r_active += ra_new - ra_old
         if active[b]:
             self._sum_r_active += rb_new - rb_old
-        ladder = self._ladder
-        if ra_new != ra_old:
-            ladder.remove(_key(ra_old, a))
-            ladder.add(_key(ra_new, a))
+        move = self._ladder.move
+        floor = math.floor
+        if ra_new != ra_old:  # _key(), inlined: this is the hottest line of arenad
+            move((-floor(ra_old * _KEY_SCALE) << _ID_BITS) | a, (-floor(ra_new * _KEY_SCALE) << _ID_BITS) | a)
         if rb_new != rb_old:
-            ladder.remove(_key(rb_old, b))
-            ladder.add(_key(rb_new, b))
-        self._count_activity(a, na, t, ra_new)
-        self._count_activity(b, nb, t, rb_new)
+            move((-floor(rb_old * _KEY_SCALE) << _ID_BITS) | b, (-floor(rb_new * _KEY_SCALE) << _ID_BITS) | b)
+        # §2.3 activity ring: the time of this counted event.
+        n_act = p.n_active
+        aring = self._aring
+        aring[a * n_act + na % n_act] = t
+        aring[b * n_act + nb % n_act] = t
+        if not active[a] and na + 1 >= n_act:
+            self._activate(a, na + 1, t, ra_new)
+        if not active[b] and nb + 1 >= n_act:
+            self._activate(b, nb + 1, t, rb_new)
         # §6.1 placement and §6.4 accumulators.
         tier = self._tier
         if tier[a] or na + 1 >= p.n_min:
@@ -476,15 +482,10 @@ class Engine:
         pool[i] = rest
         return delta + release
 
-    def _count_activity(self, i: int, n_before: int, t: float, r_now: float) -> None:
-        """Record a counted event at ``t`` in the §2.3 activity ring; activate when it qualifies."""
+    def _activate(self, i: int, n: int, t: float, r_now: float) -> None:
+        """§2.3: join the active set if the n_active-th latest of ``n`` events is recent enough."""
         na = self.params.n_active
-        ring = self._aring
-        base = i * na
-        ring[base + n_before % na] = t
-        if self._active[i] or n_before + 1 < na:
-            return
-        horizon = ring[base + (n_before + 1) % na] + self.params.t_active * self.params.day_seconds
+        horizon = self._aring[i * na + n % na] + self.params.t_active * self.params.day_seconds
         if horizon > t:
             self._active[i] = 1
             self._n_active += 1
@@ -616,6 +617,27 @@ class Engine:
             self._neg_bounds = [-x for x in new]
             self.calibrations += 1
         self._prune_cooldown(now)
+        if abs(self.offset) > _REBASE_AT:
+            self._rebase()
+
+    def _rebase(self) -> None:
+        """Fold the anchor offset into every stored rating (O(P), needed about never).
+
+        Keeps internal ratings small enough for the int64 ladder keys however long the anchor
+        has been shifting the scale.
+        """
+        off = self.offset
+        r = np.frombuffer(self._r, dtype=np.float64)
+        r += off
+        del r  # release the buffer export before the array can be resized again
+        self._bounds = [b + off for b in self._bounds]
+        self._neg_bounds = [-b for b in self._bounds[1:TIER_COUNT]]
+        self._sum_r_all += off * len(self.names)
+        self._sum_r_active += off * self._n_active
+        self.offset = 0.0
+        self._r_lo = self.params.mu_min
+        self._r_hi = self.params.mu_max
+        self._ladder = Ladder(_key(self._r[i], i) for i in range(len(self.names)))
 
     def _clamp_to_bounds(self) -> None:
         """After an anchor shift, pull any rating outside [mu_min, mu_max] back onto the bound.
@@ -632,9 +654,8 @@ class Engine:
                 target = self._r_hi if hi_side else self._r_lo
                 if (old <= target) if hi_side else (old >= target):
                     break
-                ladder.remove(key)
                 r[i] = target
-                ladder.add(_key(target, i))
+                ladder.move(key, _key(target, i))
                 self._sum_r_all += target - old
                 if self._active[i]:
                     self._sum_r_active += target - old

@@ -1,0 +1,1 @@
+"""Benchmarks for arenad. ``python -m bench`` runs the core (Engine) benchmark; see README.md."""
