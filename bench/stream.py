@@ -58,7 +58,7 @@ class StreamConfig:
     visitor_share: float = 0.10
     suicide_share: float = 0.003
     #: Mean network delay (seconds) between a kill and its delivery; orders are by delivery.
-    delay_mean: float = 0.03
+    delay_mean: float = 0.01
     #: Share of deliveries stalled by 6-30 s (too late for the engine's tolerance: rejected).
     stall_share: float = 5e-5
     #: Logistic slope of P(win) on the skill difference (skills are N(0, 1)).

@@ -162,19 +162,17 @@ class ReferenceADR:
         # then the §3.1 kill probability from the decayed ratings.
         sigmas = [pl.sigma for pl in self.players.values() if pl is not a and pl is not b]
         sigmas += [sigma_a, sigma_b]
-        D = p.theta + p.lambda_ * math.fsum(sigmas) / len(sigmas)
-        P_ab = 0.5 + math.atan((mu_a - mu_b) / D) / math.pi
+        diffusion = p.theta + p.lambda_ * math.fsum(sigmas) / len(sigmas)  # D(t)
+        p_ab = 0.5 + math.atan((mu_a - mu_b) / diffusion) / math.pi  # P_ab(t)
 
         # Step 5: §4.1 learning rates with the §8.1 peak-shaped base; the victim's times c_loss.
         eta_a = self.learning_rate(a, sigma_a)
         eta_b = p.c_loss * self.learning_rate(b, sigma_b)
 
         # Step 6: §4.2 raw changes.
-        raw_a = eta_a * (1.0 - P_ab)
-        if p.loser_rule == "corrected":
-            raw_b = -eta_b * (1.0 - P_ab)
-        else:  # "printed": the formula exactly as printed in §4.2
-            raw_b = -eta_b * P_ab
+        raw_a = eta_a * (1.0 - p_ab)
+        # "corrected" uses the prediction error 1 - P_ab; "printed" is §4.2 exactly as printed.
+        raw_b = -eta_b * ((1.0 - p_ab) if p.loser_rule == "corrected" else p_ab)
         # §8.2 / §8.3 for players in their returning phase (and the arenad pool drain after it).
         visible_a = self.pooled(a, raw_a, sigma_a, returning_a)
         if returning_b and not p.pool_losses:
@@ -193,8 +191,8 @@ class ReferenceADR:
         a.mu = mu_a_new
         b.mu = mu_b_new
         # §4.4 trend, with the same P_ab for both players.
-        a.trend = clip((1.0 - p.lambda_phi) * a.trend + p.lambda_phi * (1.0 - P_ab), -1.0, 1.0)
-        b.trend = clip((1.0 - p.lambda_phi) * b.trend + p.lambda_phi * (P_ab - 1.0), -1.0, 1.0)
+        a.trend = clip((1.0 - p.lambda_phi) * a.trend + p.lambda_phi * (1.0 - p_ab), -1.0, 1.0)
+        b.trend = clip((1.0 - p.lambda_phi) * b.trend + p.lambda_phi * (p_ab - 1.0), -1.0, 1.0)
         # §4.5 streak, window, count; the last event time.
         a.streak += 1
         b.streak = 0
@@ -219,8 +217,8 @@ class ReferenceADR:
             sigma_b=sigma_b,
             returning_a=returning_a,
             returning_b=returning_b,
-            D=D,
-            P_ab=P_ab,
+            D=diffusion,
+            P_ab=p_ab,
             eta_a=eta_a,
             eta_b=eta_b,
             raw_a=raw_a,
@@ -350,8 +348,7 @@ class ReferenceADR:
             self.boundaries = targets
         else:
             self.boundaries = [
-                (1.0 - p.beta) * old + p.beta * new
-                for old, new in zip(self.boundaries, targets, strict=True)
+                (1.0 - p.beta) * old + p.beta * new for old, new in zip(self.boundaries, targets, strict=True)
             ]
         self.calibrations += 1
 

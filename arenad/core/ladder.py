@@ -86,6 +86,8 @@ class Ladder:
         maxes = self._maxes
         blocks = self._blocks
         pos = bisect_left(maxes, old)
+        if pos == len(maxes):
+            raise KeyError(old)
         block = blocks[pos]
         idx = bisect_left(block, old)
         if idx == len(block) or block[idx] != old:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
 from arenad.errors import ConfigError, ConfigProblem
@@ -127,79 +127,79 @@ class ADRParams:
             out.append(ConfigProblem(f"adr.{_toml_key(name)}", getattr(self, name), message))
 
         for f in fields(self):
-            v = getattr(self, f.name)
+            value = getattr(self, f.name)
             kind = _KINDS.get(f.name)
             if kind is float:
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
                     bad(f.name, "must be a number")
-                elif not math.isfinite(v):
+                elif not math.isfinite(value):
                     bad(f.name, "must be finite")
             elif kind is int:
-                if isinstance(v, bool) or not isinstance(v, int):
+                if isinstance(value, bool) or not isinstance(value, int):
                     bad(f.name, "must be an integer")
-            elif kind is bool and not isinstance(v, bool):
+            elif kind is bool and not isinstance(value, bool):
                 bad(f.name, "must be true or false")
-        if out:  # range checks below assume the types are right
-            return out
+            elif f.name in ("nu_min", "nu_max") and value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    bad(f.name, "must be a number (or left out for -/+ delta_max)")
+                elif not math.isfinite(value):
+                    bad(f.name, "must be finite")
+        # Range checks read a view where each wrongly typed value is replaced by its default,
+        # so one type error does not hide the range errors of the other keys.
+        mistyped = {_FIELD_OF[p.key.removeprefix("adr.")] for p in out}
+        v = _Checked(self, mistyped)
 
         def need(cond: bool, name: str, message: str) -> None:
-            if not cond:
+            if not cond and name not in mistyped:
                 bad(name, message)
 
-        need(self.mu_min < self.mu_max, "mu_max", "must be greater than mu_min")
-        need(self.mu_min <= self.mu0 <= self.mu_max, "mu0", "must lie in [mu_min, mu_max]")
-        need(self.sigma_min > 0, "sigma_min", "must be > 0")
-        need(self.sigma_min <= self.sigma_max, "sigma_max", "must be >= sigma_min")
+        need(v.mu_min < v.mu_max, "mu_max", "must be greater than mu_min")
+        need(v.mu_min <= v.mu0 <= v.mu_max, "mu0", "must lie in [mu_min, mu_max]")
+        need(v.sigma_min > 0, "sigma_min", "must be > 0")
+        need(v.sigma_min <= v.sigma_max, "sigma_max", "must be >= sigma_min")
         need(
-            self.sigma_min <= self.sigma0 <= self.sigma_max,
+            v.sigma_min <= v.sigma0 <= v.sigma_max,
             "sigma0",
             "must lie in [sigma_min, sigma_max]",
         )
-        need(self.gamma > 0, "gamma", "must be > 0")
-        need(self.sigma_peak > 0, "sigma_peak", "must be > 0")
-        need(self.eta_min >= 0, "eta_min", "must be >= 0")
-        need(self.eta_max >= self.eta_min, "eta_max", "must be >= eta_min")
+        need(v.gamma > 0, "gamma", "must be > 0")
+        need(v.sigma_peak > 0, "sigma_peak", "must be > 0")
+        need(v.eta_min >= 0, "eta_min", "must be >= 0")
+        need(v.eta_max >= v.eta_min, "eta_max", "must be >= eta_min")
         for name in ("rho_s", "rho_v", "gamma_phi", "lambda_", "sigma_drift", "t_cooldown"):
-            need(getattr(self, name) >= 0, name, "must be >= 0")
-        need(self.s_max >= 0, "s_max", "must be >= 0")
-        need(self.w_ref > 0, "w_ref", "must be > 0")
-        need(0 < self.lambda_phi <= 1, "lambda_phi", "must lie in (0, 1]")
-        need(0 < self.c_loss <= 1, "c_loss", "must lie in (0, 1]")
-        need(self.theta > 0, "theta", "must be > 0")
-        need(self.tau > 0, "tau", "must be > 0 (days)")
-        need(self.t_return > 0, "t_return", "must be > 0 (days)")
-        need(0 <= self.alpha <= 1, "alpha", "must lie in [0, 1]")
-        need(0 < self.lambda_pool <= 1, "lambda_pool", "must lie in (0, 1]")
-        need(self.delta_max > 0, "delta_max", "must be > 0")
-        for name in ("nu_min", "nu_max"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-                bad(name, "must be a number (or left out for -/+ delta_max)")
-            elif v is not None and not math.isfinite(v):
-                bad(name, "must be finite")
-        if not out:
-            need(self.pool_low <= 0, "nu_min", "must be <= 0")
-            need(self.pool_high >= 0, "nu_max", "must be >= 0")
-        need(self.n_min >= 0, "n_min", "must be >= 0")
+            need(getattr(v, name) >= 0, name, "must be >= 0")
+        need(v.s_max >= 0, "s_max", "must be >= 0")
+        need(v.w_ref > 0, "w_ref", "must be > 0")
+        need(0 < v.lambda_phi <= 1, "lambda_phi", "must lie in (0, 1]")
+        need(0 < v.c_loss <= 1, "c_loss", "must lie in (0, 1]")
+        need(v.theta > 0, "theta", "must be > 0")
+        need(v.tau > 0, "tau", "must be > 0 (days)")
+        need(v.t_return > 0, "t_return", "must be > 0 (days)")
+        need(0 <= v.alpha <= 1, "alpha", "must lie in [0, 1]")
+        need(0 < v.lambda_pool <= 1, "lambda_pool", "must lie in (0, 1]")
+        need(v.delta_max > 0, "delta_max", "must be > 0")
+        need(v.pool_low <= 0, "nu_min", "must be <= 0")
+        need(v.pool_high >= 0, "nu_max", "must be >= 0")
+        need(v.n_min >= 0, "n_min", "must be >= 0")
         need(
-            self.sigma_min <= self.sigma_place,
+            v.sigma_min <= v.sigma_place,
             "sigma_place",
             "must be >= sigma_min, or no player could ever be placed",
         )
-        need(self.t_active > 0, "t_active", "must be > 0 (days)")
-        need(self.n_active >= 1, "n_active", "must be >= 1")
-        need(self.p_min >= 1, "p_min", "must be >= 1")
-        need(self.h_req >= 0, "h_req", "must be >= 0")
-        need(0 < self.beta <= 1, "beta", "must lie in (0, 1]")
-        need(1 <= self.window_len <= 10_000, "window_len", "must lie in [1, 10000]")
-        need(self.day_seconds > 0, "day_seconds", "must be > 0")
-        need(self.loser_rule in ("corrected", "printed"), "loser_rule", 'must be "corrected" or "printed"')
-        need(self.pool_release in ("transfer", "literal"), "pool_release", 'must be "transfer" or "literal"')
-        need(self.return_events >= 0, "return_events", "must be >= 0 (0 means n_min)")
-        need(self.initial_spread > 0, "initial_spread", "must be > 0")
-        need(self.recalibrate_interval > 0, "recalibrate_interval", "must be > 0 (seconds)")
-        need(self.late_tolerance >= 0, "late_tolerance", "must be >= 0 (seconds)")
-        p = self.tier_proportions
+        need(v.t_active > 0, "t_active", "must be > 0 (days)")
+        need(v.n_active >= 1, "n_active", "must be >= 1")
+        need(v.p_min >= 1, "p_min", "must be >= 1")
+        need(v.h_req >= 0, "h_req", "must be >= 0")
+        need(0 < v.beta <= 1, "beta", "must lie in (0, 1]")
+        need(1 <= v.window_len <= 10_000, "window_len", "must lie in [1, 10000]")
+        need(v.day_seconds > 0, "day_seconds", "must be > 0")
+        need(v.loser_rule in ("corrected", "printed"), "loser_rule", 'must be "corrected" or "printed"')
+        need(v.pool_release in ("transfer", "literal"), "pool_release", 'must be "transfer" or "literal"')
+        need(v.return_events >= 0, "return_events", "must be >= 0 (0 means n_min)")
+        need(v.initial_spread > 0, "initial_spread", "must be > 0")
+        need(v.recalibrate_interval > 0, "recalibrate_interval", "must be > 0 (seconds)")
+        need(v.late_tolerance >= 0, "late_tolerance", "must be >= 0 (seconds)")
+        p = v.tier_proportions
         if not isinstance(p, tuple) or len(p) != TIER_COUNT:
             bad("tier_proportions", f"must be a list of {TIER_COUNT} numbers (1H first)")
         elif any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in p):
@@ -249,6 +249,25 @@ class ADRParams:
         return out
 
 
+class _Checked:
+    """Field access for range checks: mistyped fields read as their defaults."""
+
+    def __init__(self, params: ADRParams, mistyped: set[str]) -> None:
+        self._params = params
+        self._mistyped = mistyped
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._mistyped:
+            return _DEFAULTS[name]
+        if name == "pool_low":
+            low = self.nu_min
+            return -self.delta_max if low is None else low
+        if name == "pool_high":
+            high = self.nu_max
+            return self.delta_max if high is None else high
+        return getattr(self._params, name)
+
+
 def _toml_key(name: str) -> str:
     # `lambda` is a Python keyword, so the field carries a trailing underscore.
     return "lambda" if name == "lambda_" else name
@@ -262,3 +281,9 @@ for _f in fields(ADRParams):
         _KINDS[_f.name] = int
     elif _f.type in ("bool", bool):
         _KINDS[_f.name] = bool
+
+_FIELD_OF: dict[str, str] = {_toml_key(f.name): f.name for f in fields(ADRParams)}
+_DEFAULTS: dict[str, Any] = {
+    f.name: (f.default_factory() if f.default_factory is not MISSING else f.default)
+    for f in fields(ADRParams)
+}

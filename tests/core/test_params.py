@@ -722,22 +722,27 @@ class TestFromMapping:
             ADRParams.from_mapping({"bogus": 1, "gamma": 0.0})
         assert {p.key for p in info.value.problems} == {"adr.bogus", "adr.gamma"}
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="params.py: a type error in one key hides range errors in every other key",
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            {"mu0": "x", "gamma": 0.0},
+            {"delta_max": "x", "nu_min": 1.0},
+            {"nu_min": "x", "beta": 0.0},
+            {"sigma_min": True, "sigma0": 5.0},
+            {"s_max": 1.5, "window_len": 0, "anchor": "yes", "tau": -1.0},
+            {"lambda": None, "tier_proportions": [0.5]},
+        ],
+        ids=["mu0-gamma", "delta_max-nu_min", "nu_min-beta", "sigma_min-sigma0", "four", "lambda-tiers"],
     )
-    def test_type_and_range_errors_reported_together(self) -> None:
+    def test_type_and_range_errors_reported_together(self, bad: dict[str, object]) -> None:
         with pytest.raises(ConfigError) as info:
-            ADRParams.from_mapping({"mu0": "x", "gamma": 0.0})
-        assert {p.key for p in info.value.problems} == {"adr.mu0", "adr.gamma"}
+            ADRParams.from_mapping(bad)
+        assert sorted(p.key for p in info.value.problems) == sorted(f"adr.{k}" for k in bad)
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="params.py bug: `if not out:` skips the nu_min/nu_max range checks after any earlier problem",
-    )
     @pytest.mark.parametrize("via", VIAS)
     def test_pool_bound_error_reported_alongside_another(self, via: Via) -> None:
-        assert {p.key for p in problems_of(via, {"gamma": 0.0, "nu_min": 1.0})} == {"adr.gamma", "adr.nu_min"}
+        keys = {p.key for p in problems_of(via, {"gamma": 0.0, "nu_min": 1.0, "nu_max": -1.0})}
+        assert keys == {"adr.gamma", "adr.nu_min", "adr.nu_max"}
 
     @pytest.mark.xfail(
         strict=True,

@@ -48,9 +48,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for reference_adr
 
-from reference_adr import APPLIED, ReferenceADR  # noqa: E402
+from reference_adr import APPLIED, ReferenceADR
 
-from arenad.core.params import ADRParams  # noqa: E402
+from arenad.core.params import ADRParams
 
 DAY = 86400.0
 OUT = Path(__file__).with_name("vectors.json")

@@ -1,0 +1,324 @@
+"""Behaviour of the ADR engine, one paper section (or arenad choice) at a time."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import replace
+
+import pytest
+
+from arenad.core.engine import Engine, Outcome, PlayerView, initial_boundaries
+from arenad.core.params import TIER_NAMES, ADRParams
+
+DAY = 86400.0
+T0 = 1_700_000_000.0
+
+
+def snapshot(eng: Engine) -> list[PlayerView]:
+    return [eng.view(i) for i in range(len(eng))]
+
+
+def busy_engine(players: int = 60, events: int = 6000, seed: int = 5, **overrides: object) -> Engine:
+    """A server where everyone is active and placed: kills a few seconds apart over ~a day."""
+    eng = Engine(replace(ADRParams(), **overrides))  # type: ignore[arg-type]
+    rng = random.Random(seed)
+    skill = [rng.gauss(0, 1) for _ in range(players)]
+    t = T0
+    for _ in range(events):
+        a, b = rng.sample(range(players), 2)
+        if rng.random() > 1 / (1 + math.exp(skill[b] - skill[a])):
+            a, b = b, a
+        t += rng.uniform(1.0, 20.0)
+        eng.feed(f"p{a}", f"p{b}", t)
+    return eng
+
+
+class TestPreprocessing:
+    """§2.1 cooldown and the reject rules leave the state untouched."""
+
+    def test_repeat_kill_inside_cooldown_is_filtered_and_changes_nothing(self) -> None:
+        eng = Engine()
+        assert eng.apply("a", "b", T0) is Outcome.APPLIED
+        before = snapshot(eng)
+        assert eng.apply("a", "b", T0 + 59.9) is Outcome.FILTERED
+        assert snapshot(eng) == before
+        assert eng.filtered == 1
+        assert eng.apply("a", "b", T0 + 60.0) is Outcome.APPLIED
+
+    def test_cooldown_is_per_ordered_pair(self) -> None:
+        eng = Engine()
+        eng.apply("a", "b", T0)
+        assert eng.apply("b", "a", T0 + 1) is Outcome.APPLIED
+        assert eng.apply("a", "c", T0 + 2) is Outcome.APPLIED
+
+    def test_cooldown_counts_from_the_last_counted_kill(self) -> None:
+        eng = Engine()
+        eng.apply("a", "b", T0)
+        eng.apply("a", "b", T0 + 50)  # filtered: does not restart the cooldown
+        assert eng.apply("a", "b", T0 + 61) is Outcome.APPLIED
+
+    @pytest.mark.parametrize(
+        ("attacker", "victim", "t", "outcome", "reason"),
+        [
+            ("a", "a", T0, Outcome.SELF_KILL, "self_kill"),
+            ("a", "b", math.nan, Outcome.NON_FINITE_TIME, "non_finite_time"),
+            ("a", "b", math.inf, Outcome.NON_FINITE_TIME, "non_finite_time"),
+        ],
+    )
+    def test_rejects_create_no_players(
+        self, attacker: str, victim: str, t: float, outcome: Outcome, reason: str
+    ) -> None:
+        eng = Engine()
+        assert eng.apply(attacker, victim, t) is outcome
+        assert len(eng) == 0
+        assert eng.rejected == {reason: 1}
+
+    def test_late_event_within_tolerance_is_applied_at_the_clock(self) -> None:
+        eng = Engine()
+        eng.apply("a", "b", T0 + 100)
+        assert eng.apply("c", "d", T0 + 97) is Outcome.APPLIED
+        assert eng.view(eng.ids["c"]).last_t == T0 + 100
+        assert eng.late_applied == 1
+
+    def test_older_event_is_rejected_out_of_order(self) -> None:
+        eng = Engine()
+        eng.apply("a", "b", T0 + 100)
+        before = snapshot(eng)
+        assert eng.apply("a", "c", T0 + 94) is Outcome.OUT_OF_ORDER
+        assert snapshot(eng) == before
+        assert "c" not in eng.ids
+
+
+class TestActiveSet:
+    """§2.3: n_active counted events within t_active days, else fall back to everyone."""
+
+    def test_player_becomes_active_at_the_fifth_event_and_expires_after_seven_days(self) -> None:
+        eng = Engine()
+        for k in range(5):
+            eng.apply("a", f"v{k}", T0 + 100 * k)
+        a = eng.ids["a"]
+        assert eng.view(a).active
+        assert eng.active_count == 1
+        # 7 days after the first of the five events, that event leaves the window.
+        eng.apply("x", "y", T0 + 7 * DAY + 1)
+        assert not eng.view(a).active
+        assert eng.active_count == 0
+
+    def test_active_mean_falls_back_to_all_players(self) -> None:
+        eng = Engine()
+        eng.apply("a", "b", T0)
+        mean_all = sum(eng.mu(i) for i in range(len(eng))) / len(eng)
+        assert eng.active_count == 0
+        assert eng.active_mean() == pytest.approx(mean_all)
+
+    def test_active_mean_tracks_updates(self) -> None:
+        eng = busy_engine(players=20, events=2000)
+        active = [i for i in range(len(eng)) if eng.view(i).active]
+        assert len(active) == eng.active_count > 0
+        assert eng.active_mean() == pytest.approx(sum(eng.mu(i) for i in active) / len(active), abs=1e-6)
+
+
+class TestUpdate:
+    """§4 update direction and size."""
+
+    def test_first_kill_between_newcomers(self) -> None:
+        eng = Engine()
+        eng.apply("a", "b", T0)
+        a, b = eng.view(eng.ids["a"]), eng.view(eng.ids["b"])
+        p = ADRParams()
+        base = p.eta_min + (p.eta_max - p.eta_min) * 2 * 350 * 200 / (350**2 + 200**2)
+        assert a.mu == pytest.approx(1000 + base * 0.5)
+        assert b.mu == pytest.approx(1000 - base * 0.8 * 0.5)
+        assert (a.streak, b.streak, a.n, b.n) == (1, 0, 1, 1)
+        assert a.trend == pytest.approx(0.1)
+        assert b.trend == pytest.approx(-0.1)
+
+    def test_corrected_victim_loses_more_after_an_upset(self) -> None:
+        """The victim's loss grows with the surprise (1 - P_ab), unlike the printed §4.2 form."""
+        losses = {}
+        for rule in ("corrected", "printed"):
+            eng = Engine(ADRParams(loser_rule=rule))
+            eng.seed_player("strong", mu=1400, sigma=50, n=100, last_t=T0)
+            eng.seed_player("weak", mu=800, sigma=50, n=100, last_t=T0)
+            eng.apply("weak", "strong", T0 + 1)  # an upset
+            upset = -eng.last_delta_victim
+            eng.apply("strong", "weak", T0 + 2)  # expected
+            expected = -eng.last_delta_victim
+            losses[rule] = (upset, expected)
+        assert losses["corrected"][0] > losses["corrected"][1]
+        assert losses["printed"][0] < losses["printed"][1]
+
+    def test_change_is_capped_at_delta_max(self) -> None:
+        eng = Engine(ADRParams(eta_max=400.0, delta_max=25.0))
+        eng.apply("a", "b", T0)
+        assert eng.last_delta_attacker == pytest.approx(25.0)
+        assert eng.last_delta_victim == pytest.approx(-25.0)
+
+    def test_rating_is_clipped_to_bounds(self) -> None:
+        eng = Engine(ADRParams(anchor=False))
+        eng.seed_player("top", mu=3995.0, sigma=200, n=50, last_t=T0)
+        eng.seed_player("low", mu=3.0, sigma=200, n=50, last_t=T0)
+        eng.apply("top", "low", T0 + 1)
+        eng.apply("low", "top", T0 + 2)
+        assert eng.mu(eng.ids["top"]) <= 4000.0
+        assert eng.mu(eng.ids["low"]) >= 0.0
+
+
+class TestDecay:
+    """§5: a long break pulls the rating toward the active mean and widens sigma."""
+
+    def test_absent_player_is_pulled_toward_the_mean(self) -> None:
+        p = ADRParams(eta_min=0.0, eta_max=1e-9)  # no learning: only decay moves ratings
+        eng = Engine(p)
+        eng.seed_player("away", mu=1300, sigma=50, n=100, last_t=T0)
+        eng.seed_player("other", mu=1000, sigma=50, n=100, last_t=T0 + 30 * DAY)
+        eng.apply("away", "other", T0 + 30 * DAY)
+        # "away" left the active set 7 days after its last event; "other" is the active set.
+        expected = 1000 + (1300 - 1000) * math.exp(-1.0)
+        v = eng.view(eng.ids["away"])
+        assert v.mu == pytest.approx(expected, abs=1e-6)
+
+
+class TestReturning:
+    """§8: the returning-player safeguards."""
+
+    def test_more_than_t_return_days_starts_the_returning_phase(self) -> None:
+        eng = Engine()
+        eng.seed_player("r", mu=1000, sigma=60, n=100, last_t=T0)
+        eng.seed_player("x", mu=1000, sigma=60, n=100, last_t=T0 + 60 * DAY)
+        eng.apply("r", "x", T0 + 60 * DAY + 1)
+        v = eng.view(eng.ids["r"])
+        assert v.returning_left == ADRParams().returning_events - 1
+        assert v.pool > 0
+
+    def test_exactly_t_return_days_is_not_returning(self) -> None:
+        eng = Engine()
+        eng.seed_player("r", mu=1000, sigma=60, n=100, last_t=T0)
+        eng.seed_player("x", mu=1000, sigma=60, n=100, last_t=T0)
+        eng.apply("r", "x", T0 + 60 * DAY)
+        assert eng.view(eng.ids["r"]).returning_left == 0
+        assert eng.view(eng.ids["r"]).pool == 0.0
+
+    @pytest.mark.parametrize("release", ["transfer", "literal"])
+    def test_pool_after_the_returning_phase(self, release: str) -> None:
+        """transfer: the pool drains to exactly zero; literal: what is left stays frozen."""
+        eng = Engine(ADRParams(pool_release=release))  # type: ignore[arg-type]
+        eng.seed_player("r", mu=1000, sigma=60, n=100, last_t=T0)
+        eng.seed_player("x", mu=1500, sigma=60, n=100, last_t=T0 + 61 * DAY)
+        t = T0 + 61 * DAY
+        for k in range(60):
+            eng.apply("r", "x", t + 61 * k)
+        pool = eng.view(eng.ids["r"]).pool
+        if release == "transfer":
+            assert pool == 0.0
+        else:
+            assert pool == pytest.approx(ADRParams().delta_max)
+
+
+class TestTiers:
+    """§6 placement, calibration and accumulators."""
+
+    def test_placement_needs_n_min_events_and_low_sigma(self) -> None:
+        eng = Engine()
+        for k in range(14):
+            eng.apply("a", f"v{k}", T0 + 100 * k)
+        assert eng.view(eng.ids["a"]).tier is None
+        eng.apply("a", "v99", T0 + 5000)
+        assert eng.view(eng.ids["a"]).tier in TIER_NAMES
+        assert sum(eng.tier_info().counts) >= 1
+
+    def test_initial_boundaries_are_descending_normal_quantiles(self) -> None:
+        b = initial_boundaries(ADRParams())
+        assert len(b) == 14
+        assert all(x > y for x, y in itertools.pairwise(b))
+        assert b[6] > 1000 > b[7]  # the middle tier 3M straddles mu0
+
+    def test_first_calibration_sets_quantiles_then_smooths_with_beta(self) -> None:
+        eng = busy_engine()
+        first = eng.tier_info().boundaries
+        assert eng.tier_info().calibrations >= 1
+        mus = sorted((eng.mu(i) for i in range(len(eng))), reverse=True)
+        # After many events, B_1 sits near the top 1/15 of the active population.
+        assert mus[len(mus) // 15 + 3] <= first[0] <= mus[max(0, len(mus) // 15 - 3)]
+        eng.recalibrate(eng.clock)
+        second = eng.tier_info().boundaries
+        target_gap = [s - f for s, f in zip(second, first, strict=True)]
+        assert all(abs(g) < 50 for g in target_gap)
+
+    def test_accumulators_move_one_tier_at_a_time(self) -> None:
+        eng = Engine(ADRParams(h_req=0.0, n_min=1, sigma_place=400.0))
+        eng.seed_player("x", mu=1000, sigma=60, n=100, last_t=T0)
+        eng.apply("a", "x", T0)  # places "a" near mu0 (tier 3M/3L region)
+        tiers = [TIER_NAMES.index(eng.view(eng.ids["a"]).tier or "")]
+        for k in range(1, 4):
+            eng.apply("a", "x", T0 + 61 * k)
+            tiers.append(TIER_NAMES.index(eng.view(eng.ids["a"]).tier or ""))
+        steps = [before - after for before, after in itertools.pairwise(tiers)]
+        assert all(s in (0, 1) for s in steps)  # never down, never more than one tier per event
+        assert sum(steps) >= 1
+
+
+class TestAnchor:
+    """The scale anchor shifts everything uniformly; nothing relative changes."""
+
+    def test_recalibration_puts_the_active_mean_at_mu0_and_keeps_order(self) -> None:
+        eng = busy_engine(anchor=False)
+        eng_anchor = busy_engine(anchor=True)
+        assert eng.active_mean() > 1005  # c_loss < 1 inflates the unanchored scale
+        assert eng_anchor.active_mean() == pytest.approx(1000.0, abs=5.0)
+        order = list(eng_anchor.ladder_ids())
+        probs = [eng_anchor.predict(order[0], j) for j in order[1:6]]
+        tiers = [eng_anchor.view(i).tier for i in order]
+        eng_anchor.recalibrate(eng_anchor.clock)
+        assert eng_anchor.active_mean() == pytest.approx(1000.0, abs=1e-6)
+        assert list(eng_anchor.ladder_ids()) == order
+        assert [eng_anchor.view(i).tier for i in order] == tiers
+        assert [eng_anchor.predict(order[0], j) for j in order[1:6]] == pytest.approx(probs)
+
+    def test_shift_never_pushes_a_rating_past_the_bounds(self) -> None:
+        eng = Engine()
+        for k in range(30):
+            eng.seed_player(f"p{k}", mu=900.0, sigma=60, n=50, last_t=T0)
+        eng.seed_player("top", mu=4000.0, sigma=60, n=50, last_t=T0)
+        eng.recalibrate(T0 + 1)
+        assert eng.active_mean() == pytest.approx(1000.0, abs=5.0)
+        assert eng.mu(eng.ids["top"]) == pytest.approx(4000.0)
+        assert eng.ladder_is_consistent()
+
+    def test_rebase_changes_nothing_visible(self) -> None:
+        eng = busy_engine(events=3000)
+        twin = busy_engine(events=3000)
+        assert eng.offset != 0.0
+        eng._rebase()
+        assert eng.offset == 0.0
+        rng = random.Random(9)
+        t = eng.clock
+        for _ in range(500):
+            a, b = rng.sample(range(60), 2)
+            t += 7.0
+            assert eng.feed(f"p{a}", f"p{b}", t) is twin.feed(f"p{a}", f"p{b}", t)
+        for i in range(len(eng)):
+            v, w = eng.view(i), twin.view(i)
+            assert v.mu == pytest.approx(w.mu, abs=1e-6)
+            assert (v.tier, v.rank) == (w.tier, w.rank)
+
+
+class TestQueries:
+    """Rank, percentile, top and around agree with a sort of every player."""
+
+    def test_queries_match_a_full_sort(self) -> None:
+        eng = busy_engine(players=80, events=3000)
+        by_mu = sorted(range(len(eng)), key=lambda i: -eng.mu(i))
+        assert eng.top(10) == by_mu[:10]
+        assert eng.top(5, offset=20) == by_mu[20:25]
+        for pos in (0, 7, 40, 79):
+            i = by_mu[pos]
+            assert eng.rank(i) == pos + 1
+            assert eng.percentile(i) == pytest.approx(100.0 * (79 - pos) / 79)
+        mid = by_mu[40]
+        assert eng.around(mid, 2) == by_mu[38:43]
+        assert eng.around(by_mu[0], 3) == by_mu[:4]
+        assert eng.top(0) == []
+        assert eng.ladder_is_consistent()

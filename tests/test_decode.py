@@ -1,0 +1,142 @@
+"""Wire-schema decoders: every refusal has a reason, and no input makes them raise."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arenad.core.events import KillEvent, Reject, RejectReason, event_from_obj
+from arenad.decode import decode_json_line, decode_msgpack, decode_msgpack_stream, iter_file
+
+GOOD = {"t": 1700000000.5, "attacker": "alice", "victim": "bob", "server": "eu-1", "id": 7, "weapon": "rail"}
+
+
+class TestEventValidation:
+    """One object of the wire schema becomes a KillEvent or a typed Reject."""
+
+    def test_valid_event(self) -> None:
+        ev = event_from_obj(GOOD)
+        assert ev == KillEvent(1700000000.5, "alice", "bob", "eu-1", "7", "rail")
+
+    @pytest.mark.parametrize(
+        ("patch", "reason"),
+        [
+            ({"t": None}, RejectReason.BAD_TYPE),
+            ({"t": "12"}, RejectReason.BAD_TYPE),
+            ({"t": True}, RejectReason.BAD_TYPE),
+            ({"t": math.nan}, RejectReason.NON_FINITE_TIME),
+            ({"t": -math.inf}, RejectReason.NON_FINITE_TIME),
+            ({"t": 10**400}, RejectReason.NON_FINITE_TIME),
+            ({"attacker": 5}, RejectReason.BAD_TYPE),
+            ({"attacker": ""}, RejectReason.BAD_TYPE),
+            ({"victim": ["x"]}, RejectReason.BAD_TYPE),
+            ({"victim": "x" * 129}, RejectReason.OVERSIZE),
+            ({"victim": "é" * 65}, RejectReason.OVERSIZE),  # 130 bytes in UTF-8
+            ({"server": 3}, RejectReason.BAD_TYPE),
+            ({"id": 1.5}, RejectReason.BAD_TYPE),
+            ({"id": "i" * 200}, RejectReason.OVERSIZE),
+            ({"victim": "alice"}, RejectReason.SELF_KILL),
+        ],
+    )
+    def test_each_refusal_has_its_reason(self, patch: dict[str, object], reason: RejectReason) -> None:
+        out = event_from_obj({**GOOD, **patch})
+        assert isinstance(out, Reject)
+        assert out.reason is reason
+        assert out.detail
+
+    @pytest.mark.parametrize("missing", ["t", "attacker", "victim"])
+    def test_missing_required_field(self, missing: str) -> None:
+        obj = {k: v for k, v in GOOD.items() if k != missing}
+        out = event_from_obj(obj)
+        assert isinstance(out, Reject)
+        assert out.reason is RejectReason.MISSING_FIELD
+        assert missing in out.detail
+
+    def test_optional_fields_may_be_absent(self) -> None:
+        ev = event_from_obj({"t": 5, "attacker": "a", "victim": "b"})
+        assert ev == KillEvent(5.0, "a", "b")
+
+    def test_a_huge_player_id_string_at_the_limit_is_accepted(self) -> None:
+        assert isinstance(event_from_obj({**GOOD, "attacker": "a" * 128}), KillEvent)
+
+
+class TestDecoders:
+    """JSON lines and msgpack, single events and arrays of events."""
+
+    def test_json_line_array(self) -> None:
+        line = json.dumps([GOOD, {**GOOD, "attacker": "carol"}]).encode()
+        out = list(decode_json_line(line))
+        assert [e.attacker for e in out if isinstance(e, KillEvent)] == ["alice", "carol"]
+
+    def test_json_nan_is_a_non_finite_time(self) -> None:
+        out = list(decode_json_line(b'{"t": NaN, "attacker": "a", "victim": "b"}'))
+        assert [o.reason for o in out if isinstance(o, Reject)] == [RejectReason.NON_FINITE_TIME]
+
+    @pytest.mark.parametrize("line", [b"garbage", b'{"t": 1', b"\xff\xfe", b"42", b"[]", b'"x"'])
+    def test_bad_json_lines_are_rejected(self, line: bytes) -> None:
+        out = list(decode_json_line(line))
+        assert out
+        assert all(isinstance(o, Reject) for o in out)
+
+    def test_blank_line_yields_nothing(self) -> None:
+        assert list(decode_json_line(b"   ")) == []
+
+    def test_msgpack_datagram(self) -> None:
+        out = list(decode_msgpack(msgpack.packb([GOOD, GOOD])))
+        assert len(out) == 2
+        assert all(isinstance(o, KillEvent) for o in out)
+
+    def test_msgpack_stream_skips_corruption_and_keeps_the_rest(self) -> None:
+        data = msgpack.packb(GOOD) + b"\xc1\xc1" + msgpack.packb({**GOOD, "attacker": "zed"})
+        out = list(decode_msgpack_stream(data))
+        events = [o for o in out if isinstance(o, KillEvent)]
+        assert [e.attacker for e in events] == ["alice", "zed"]
+        assert any(isinstance(o, Reject) and o.reason is RejectReason.MALFORMED for o in out)
+
+    def test_truncated_msgpack_tail_is_rejected(self) -> None:
+        data = msgpack.packb(GOOD) + msgpack.packb(GOOD)[:-3]
+        out = list(decode_msgpack_stream(data))
+        assert isinstance(out[0], KillEvent)
+        assert isinstance(out[-1], Reject)
+
+    def test_iter_file_detects_the_format(self, tmp_path: Path) -> None:
+        base = tmp_path
+        (base / "a.jsonl").write_text(json.dumps(GOOD) + "\n")
+        (base / "a.msgpack").write_bytes(msgpack.packb(GOOD))
+        assert list(iter_file(base / "a.jsonl")) == list(iter_file(base / "a.msgpack"))
+
+
+class TestFuzz:
+    """Arbitrary bytes and arbitrary objects never make a decoder raise."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.binary(max_size=300))
+    def test_random_bytes(self, data: bytes) -> None:
+        for decoder in (decode_json_line, decode_msgpack, decode_msgpack_stream):
+            for out in decoder(data):
+                assert isinstance(out, (KillEvent, Reject))
+
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
+        lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=5),
+        max_leaves=20,
+    )
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        st.dictionaries(
+            st.sampled_from(["t", "attacker", "victim", "server", "id", "weapon", "x"]), json_values
+        )
+    )
+    def test_random_event_objects(self, obj: dict[str, object]) -> None:
+        out = event_from_obj(obj)
+        if isinstance(out, KillEvent):
+            assert math.isfinite(out.t)
+            assert out.attacker != out.victim
+            assert 0 < len(out.attacker.encode()) <= 128
