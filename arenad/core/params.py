@@ -132,7 +132,7 @@ class ADRParams:
             if kind is float:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     bad(f.name, "must be a number")
-                elif not math.isfinite(value):
+                elif not _finite(value):
                     bad(f.name, "must be finite")
             elif kind is int:
                 if isinstance(value, bool) or not isinstance(value, int):
@@ -142,7 +142,7 @@ class ADRParams:
             elif f.name in ("nu_min", "nu_max") and value is not None:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     bad(f.name, "must be a number (or left out for -/+ delta_max)")
-                elif not math.isfinite(value):
+                elif not _finite(value):
                     bad(f.name, "must be finite")
         # Range checks read a view where each wrongly typed value is replaced by its default,
         # so one type error does not hide the range errors of the other keys.
@@ -204,7 +204,7 @@ class ADRParams:
             bad("tier_proportions", f"must be a list of {TIER_COUNT} numbers (1H first)")
         elif any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in p):
             bad("tier_proportions", "every entry must be a number")
-        elif any(not math.isfinite(x) or x < 0 for x in p):
+        elif any(not _finite(x) or x < 0 for x in p):
             bad("tier_proportions", "every entry must be finite and >= 0")
         elif abs(math.fsum(p) - 1.0) > 1e-6:
             bad("tier_proportions", f"must sum to 1 (sums to {math.fsum(p)!r})")
@@ -225,18 +225,18 @@ class ADRParams:
             value = raw
             if name == "tier_proportions" and isinstance(raw, list):
                 value = tuple(raw)
-            if _KINDS.get(name) is float and isinstance(raw, int) and not isinstance(raw, bool):
+            if _KINDS.get(name) is float and isinstance(raw, int) and not isinstance(raw, bool) and _finite(raw):
                 value = float(raw)
             kwargs[name] = value
-        if problems:
-            raise ConfigError(problems)
         try:
-            return cls(**kwargs)
+            params = cls(**kwargs)
         except ConfigError as e:
             for p in e.problems:
                 p_key = p.key.replace("adr.", f"{section}.", 1)
                 problems.append(ConfigProblem(p_key, p.value, p.message))
-            raise ConfigError(problems) from None
+        if problems:
+            raise ConfigError(problems)
+        return params
 
     def to_mapping(self) -> dict[str, Any]:
         """The TOML form (keys as in ``[adr]``), omitting unset optional keys."""
@@ -247,6 +247,14 @@ class ADRParams:
                 continue
             out[_toml_key(f.name)] = list(v) if isinstance(v, tuple) else v
         return out
+
+
+def _finite(x: float) -> bool:
+    # TOML integers are unbounded: one beyond the float range is not a finite rating value.
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 class _Checked:
