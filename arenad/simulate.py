@@ -21,7 +21,11 @@ DAY = 86400.0
 
 # ---------------------------------------------------------------------------- §10.6 returning
 def simulate_returning(
-    params: ADRParams, kills: int = 50, absence_days: float = 61.0
+    params: ADRParams,
+    kills: int = 50,
+    absence_days: float = 61.0,
+    opponent_mu: float = 2000.0,
+    returning_kills: bool = True,
 ) -> list[dict[str, Any]]:
     """§10.6: a 1000-rated player, back after ``absence_days``, kills a 2000-rated one ``kills`` times.
 
@@ -39,7 +43,7 @@ def simulate_returning(
     for name in bg:
         eng.seed_player(name, mu=params.mu0 + rng.gauss(0.0, 100.0), sigma=60.0, n=200, last_t=back - 3600.0)
     eng.seed_player("returning", mu=1000.0, sigma=60.0, n=200, last_t=t0)
-    eng.seed_player("champion", mu=2000.0, sigma=60.0, n=200, last_t=back - 3600.0)
+    eng.seed_player("champion", mu=opponent_mu, sigma=60.0, n=200, last_t=back - 3600.0)
     ret = eng.ids["returning"]
     champ = eng.ids["champion"]
     rows: list[dict[str, Any]] = []
@@ -47,7 +51,10 @@ def simulate_returning(
     prev_mu = eng.mu(ret)
     for k in range(1, kills + 1):
         p_before = eng.predict(ret, champ)
-        outcome = eng.apply("returning", "champion", t)
+        if returning_kills:
+            outcome = eng.apply("returning", "champion", t)
+        else:
+            outcome = eng.apply("champion", "returning", t)
         if outcome is not Outcome.APPLIED:
             raise RuntimeError(f"kill {k} was not applied: {outcome.name}")
         mu = eng.mu(ret)

@@ -159,6 +159,7 @@ ROWS: list[Row] = [
     ("  expired during stream", lambda r: _n(r["state"]["expired"])),
     ("  tier changes", lambda r: _n(r["state"]["tier_changes"])),
     ("  gc collections gen0/1/2", lambda r: "/".join(str(x) for x in r["gc_collections"])),
+    ("load average 1m (main start / end)", lambda r: _pair(r["loadavg_1m"][0], r["loadavg_1m"][1], 2)),
 ]
 
 
@@ -187,6 +188,14 @@ def format_report(report: dict[str, Any]) -> str:
         f"Python {m['python']} ({m['implementation']}), numpy {m['numpy']}, {m['cpu']}, {m['cores']} cores",
         "",
     ]
+    loads = [x for r in results for x in r["loadavg_1m"] if x is not None]
+    cores = m.get("cores") or 1
+    if loads and max(loads) > 1.5:
+        lines.insert(
+            3,
+            f"WARNING: load average reached {max(loads):.2f} on {cores} cores while timing: other "
+            "processes competed for the CPU, so throughput and tail latency are pessimistic.",
+        )
     headers = [f"P = {r['players']:,}" for r in results]
     cells = [[fn(r) for r in results] for _, fn in ROWS]
     w0 = max(len(label) for label, _ in ROWS)

@@ -316,6 +316,15 @@ def engine_version() -> dict[str, Any]:
     return out
 
 
+def loadavg() -> float | None:
+    """1-minute load average; the benchmark itself accounts for about 1 of it while it runs."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def machine() -> dict[str, Any]:
     cpu = ""
     try:
@@ -327,6 +336,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {
+        "loadavg_1m": loadavg(),
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "cpu": cpu or platform.processor(),
@@ -364,7 +374,9 @@ def run_scenario(cfg: StreamConfig, trace: bool = True, log: Log = _stderr) -> R
     n_active0 = engine.active_count
     calib0 = engine.calibrations
     tiers0 = engine.tier_changes
+    load0 = loadavg()
     timing = run_main(engine, work.events)
+    timing["loadavg_1m"] = [load0, loadavg()]
     active1 = _active_flags(engine)
     span = work.events[-1][2] - work.events[0][2] if work.events else 0.0
     state = {

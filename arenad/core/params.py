@@ -92,7 +92,7 @@ class ADRParams:
     #: Whether the victim's loss of a returning player goes through §8.2/§8.3 as well.
     pool_losses: bool = True
     #: Boundaries before the first calibration are normal quantiles around mu0 with this spread.
-    initial_spread: float = 150.0
+    initial_spread: float = 200.0
     #: Event-time seconds between recalibrations (§6.3), the anchor and cooldown pruning.
     recalibrate_interval: float = 300.0
     #: An event older than the engine clock by at most this is applied at the clock; older: rejected.
@@ -225,7 +225,12 @@ class ADRParams:
             value = raw
             if name == "tier_proportions" and isinstance(raw, list):
                 value = tuple(raw)
-            if _KINDS.get(name) is float and isinstance(raw, int) and not isinstance(raw, bool) and _finite(raw):
+            if (
+                _KINDS.get(name) is float
+                and isinstance(raw, int)
+                and not isinstance(raw, bool)
+                and _finite(raw)
+            ):
                 value = float(raw)
             kwargs[name] = value
         try:

@@ -224,7 +224,7 @@ class TestPaperDefaults:
         assert p.return_events == 0
         assert p.returning_events == p.n_min == 15
         assert p.pool_losses is True
-        assert p.initial_spread == 150.0
+        assert p.initial_spread == 200.0
         assert p.recalibrate_interval == 300.0
         assert p.late_tolerance == 5.0
 
