@@ -29,6 +29,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
+from math import atan, exp, floor, fsum, isfinite, sqrt
 from statistics import NormalDist
 
 import numpy as np
@@ -59,6 +60,9 @@ class Outcome(IntEnum):
     OUT_OF_ORDER = 4  # older than the engine clock by more than late_tolerance
     TOO_MANY_PLAYERS = 5
 
+
+_APPLIED = Outcome.APPLIED
+_FILTERED = Outcome.FILTERED
 
 #: Reject reason names, as counted in summaries and metrics.
 REJECT_REASONS: dict[Outcome, str] = {
@@ -131,8 +135,9 @@ class Engine:
         self._last = array("d")
         self._wsum = array("d")
         self._ret = array("l")
-        self._hup = array("d")
-        self._hdown = array("d")
+        # §6.4 accumulators in one signed column: > 0 promotion energy, < 0 demotion energy
+        # (the paper resets one whenever the other grows, so they are never both non-zero).
+        self._h = array("d")
         self._tier = bytearray()  # 0 = unplaced, k = tier k (1..15)
         self._active = bytearray()
         self._wring = array("d")  # window_len slots per player, §2.2 sliding window
@@ -164,7 +169,15 @@ class Engine:
         self.rejected: dict[str, int] = {}
         self.late_applied = 0
         self.tier_changes = 0
-        # Visible change of the last applied update (after decay, before nothing else).
+        self._k = (
+            p.t_return * p.day_seconds, p.returning_events, p.tau * p.day_seconds,
+            p.sigma_drift / p.day_seconds, p.sigma_max, p.sigma_min, p.theta, p.lambda_,
+            p.sigma_peak, p.sigma_peak * p.sigma_peak, p.eta_min, p.eta_max - p.eta_min,
+            p.window_len, p.rho_s, p.s_max, p.rho_v / p.w_ref, p.gamma_phi, p.c_loss,
+            p.loser_rule == "corrected", p.pool_losses, p.delta_max, 1.0 / (p.gamma * p.gamma),
+            p.lambda_phi, 1.0 - p.lambda_phi, p.n_active, p.n_min,
+        )  # fmt: skip
+        # Visible change of the last applied update (the §8.4/§4.2-bounded update, not decay).
         self.last_delta_attacker = 0.0
         self.last_delta_victim = 0.0
 
@@ -187,8 +200,7 @@ class Engine:
         self._last.append(-_INF)
         self._wsum.append(0.0)
         self._ret.append(0)
-        self._hup.append(0.0)
-        self._hdown.append(0.0)
+        self._h.append(0.0)
         self._tier.append(0)
         self._active.append(0)
         self._wring.extend(_zeros(p.window_len))
@@ -231,29 +243,28 @@ class Engine:
     # ------------------------------------------------------------------ the hot path
     def apply(self, attacker: str, victim: str, t: float) -> Outcome:
         """Rate one kill: ``attacker`` killed ``victim`` at ``t`` (seconds)."""
-        p = self.params
         if attacker == victim:
             return self._reject(Outcome.SELF_KILL)
-        if not math.isfinite(t):
+        if not isfinite(t):
             return self._reject(Outcome.NON_FINITE_TIME)
         clock = self.clock
         if t < clock:
-            if t < clock - p.late_tolerance:
+            if t < clock - self.params.late_tolerance:
                 return self._reject(Outcome.OUT_OF_ORDER)
             # A slightly late event is applied at the engine clock, so time never runs backwards
-            # for decay, activity or the cooldown (docs/adr.md "out-of-order events").
+            # for decay, activity or the cooldown (docs/adr.md "out-of-order timestamps").
             t = clock
             self.late_applied += 1
         ids = self.ids
         a = ids.get(attacker)
         b = ids.get(victim)
+        cooldown = self._cooldown
         # §2.1 cooldown, before anything changes.
         if a is not None and b is not None:
-            pair = (a << _ID_BITS) | b
-            last_kill = self._cooldown.get(pair)
-            if last_kill is not None and t - last_kill < p.t_cooldown:
+            last_kill = cooldown.get((a << _ID_BITS) | b)
+            if last_kill is not None and t - last_kill < self.params.t_cooldown:
                 self.filtered += 1
-                return Outcome.FILTERED
+                return _FILTERED
         # Step 1: newcomers join the tracked set now.
         if a is None or b is None:
             if len(self.names) + (a is None) + (b is None) > MAX_PLAYERS:
@@ -262,97 +273,93 @@ class Engine:
                 a = self._add_player(attacker)
             if b is None:
                 b = self._add_player(victim)
-        cooldown = self._cooldown
         cooldown[(a << _ID_BITS) | b] = t
         if len(cooldown) > self._cooldown_prune_at:
             self._prune_cooldown(t)
         self.clock = t
-
+        # Every parameter the update needs, derived once in __init__ (one unpack is much
+        # cheaper than thirty attribute lookups on the hot path).
+        (
+            t_return_s, returning_events, tau_s, drift_s, smax, smin, theta, lam, speak, speak2,
+            eta_min, span, wlen, rho_s, s_max, rho_v_w, gamma_phi, c_loss, corrected, pool_losses,
+            dmax, inv_g2, lp, keep_phi, n_act, n_min,
+        ) = self._k  # fmt: skip
         r_arr = self._r
         s_arr = self._sigma
         last_arr = self._last
         n_arr = self._n
-        day = p.day_seconds
-
-        # Step 2: returning players (§8.2/§8.3 apply for the next `returning_events` events).
-        ra_old = r_arr[a]
-        rb_old = r_arr[b]
-        sa_old = s_arr[a]
-        sb_old = s_arr[b]
+        ret = self._ret
+        na = n_arr[a]
+        nb = n_arr[b]
+        ra_old = ra = r_arr[a]
+        rb_old = rb = r_arr[b]
+        sa_old = sa = s_arr[a]
+        sb_old = sb = s_arr[b]
         la = last_arr[a]
         lb = last_arr[b]
-        ret = self._ret
-        t_ret = p.t_return * day
-        if n_arr[a] > 0 and t - la > t_ret:
-            ret[a] = p.returning_events
-        if n_arr[b] > 0 and t - lb > t_ret:
-            ret[b] = p.returning_events
+
+        # Step 2: returning players (§8.2/§8.3 apply for the next `returning_events` events).
+        if na and t - la > t_return_s:
+            ret[a] = returning_events
+        if nb and t - lb > t_return_s:
+            ret[b] = returning_events
 
         # Step 3: one snapshot of the active mean (§2.3, fallback to all players), then §5 decay.
         expiry = self._expiry
         if expiry and expiry[0][0] <= t:
             self._expire(t)
-        if self._n_active > 0:
-            mean = self._sum_r_active / self._n_active
-        else:
-            mean = self._sum_r_all / len(self.names)
-        tau_s = p.tau * day
-        drift = p.sigma_drift / day
-        smax = p.sigma_max
-        ra = ra_old
-        sa = sa_old
-        if n_arr[a] > 0 and t > la:
-            ra = mean + (ra - mean) * math.exp(-(t - la) / tau_s)
-            sa = sa + drift * (t - la)
-            sa = min(sa, smax)
-        rb = rb_old
-        sb = sb_old
-        if n_arr[b] > 0 and t > lb:
-            rb = mean + (rb - mean) * math.exp(-(t - lb) / tau_s)
-            sb = sb + drift * (t - lb)
-            sb = min(sb, smax)
+        n_active = self._n_active
+        n_players = len(self.names)
+        mean = self._sum_r_active / n_active if n_active else self._sum_r_all / n_players
+        if na and t > la:
+            ra = mean + (ra - mean) * exp(-(t - la) / tau_s)
+            sa += drift_s * (t - la)
+            if sa > smax:
+                sa = smax
+        if nb and t > lb:
+            rb = mean + (rb - mean) * exp(-(t - lb) / tau_s)
+            sb += drift_s * (t - lb)
+            if sb > smax:
+                sb = smax
 
         # Step 4: §3.1 kill probability with §3.2 diffusion over all tracked players.
         sum_sigma = self._sum_sigma - sa_old - sb_old + sa + sb
-        d = p.theta + p.lambda_ * sum_sigma / len(self.names)
-        p_ab = 0.5 + _INV_PI * math.atan((ra - rb) / d)
+        p_ab = 0.5 + _INV_PI * atan((ra - rb) / (theta + lam * sum_sigma / n_players))
         surprise = 1.0 - p_ab
 
         # Step 5: §4.1 learning rates with the §8.1 peak-shaped base.
-        speak = p.sigma_peak
-        span = p.eta_max - p.eta_min
-        wlen = p.window_len
         wsum = self._wsum
         streak = self._streak
         phi = self._phi
-        na = n_arr[a]
-        nb = n_arr[b]
-        eta_a = p.eta_min + span * (2.0 * sa * speak) / (sa * sa + speak * speak)
-        s = streak[a]
-        eta_a *= 1.0 + p.rho_s * (s if s < p.s_max else p.s_max)
-        eta_a /= 1.0 + p.rho_v * ((wsum[a] / (na if na < wlen else wlen)) if na else 0.0) / p.w_ref
-        f = phi[a]
-        if f > 0.0:
-            eta_a *= 1.0 + p.gamma_phi * f
-        eta_b = p.eta_min + span * (2.0 * sb * speak) / (sb * sb + speak * speak)
-        s = streak[b]
-        eta_b *= 1.0 + p.rho_s * (s if s < p.s_max else p.s_max)
-        eta_b /= 1.0 + p.rho_v * ((wsum[b] / (nb if nb < wlen else wlen)) if nb else 0.0) / p.w_ref
-        f = phi[b]
-        if f > 0.0:
-            eta_b *= 1.0 + p.gamma_phi * f
-        eta_b *= p.c_loss
+        sk = streak[a]
+        eta_a = (
+            (eta_min + span * (2.0 * sa * speak) / (sa * sa + speak2))
+            * (1.0 + rho_s * (sk if sk < s_max else s_max))
+            / (1.0 + rho_v_w * ((wsum[a] / (na if na < wlen else wlen)) if na else 0.0))
+        )
+        phi_a = phi[a]
+        if phi_a > 0.0:
+            eta_a *= 1.0 + gamma_phi * phi_a
+        sk = streak[b]
+        eta_b = (
+            (eta_min + span * (2.0 * sb * speak) / (sb * sb + speak2))
+            * (1.0 + rho_s * (sk if sk < s_max else s_max))
+            / (1.0 + rho_v_w * ((wsum[b] / (nb if nb < wlen else wlen)) if nb else 0.0))
+            * c_loss
+        )
+        phi_b = phi[b]
+        if phi_b > 0.0:
+            eta_b *= 1.0 + gamma_phi * phi_b
 
-        # Step 6: §4.2 raw change (victim: the corrected rule unless configured "printed").
+        # Step 6: §4.2 raw change (victim: the corrected rule unless configured "printed"),
+        # §8.2/§8.3 for returning players and draining pools, §8.4 cap, §4.2 clip.
         da = eta_a * surprise
-        db = -eta_b * (surprise if p.loser_rule == "corrected" else p_ab)
+        db = -eta_b * (surprise if corrected else p_ab)
         pool = self._pool
         if ret[a] or pool[a] != 0.0:
             da = self._pooled(a, da, sa)
-        if ret[b] or pool[b] != 0.0:
-            db = self._pooled(b, db, sb) if (p.pool_losses or not ret[b]) else db
-        dmax = p.delta_max
-        # §8.4 cap, then the §4.2 clip to [mu_min, mu_max] (internal units).
+        if (ret[b] and pool_losses) or (not ret[b] and pool[b] != 0.0):
+            db = self._pooled(b, db, sb)
         if da > dmax:
             da = dmax
         elif da < -dmax:
@@ -379,38 +386,37 @@ class Engine:
         self.last_delta_victim = db
 
         # Step 7: §4.3 two-stage sigma from the final visible change.
-        inv_g2 = 1.0 / (p.gamma * p.gamma)
-        smin = p.sigma_min
-        sa_new = 1.0 / math.sqrt(1.0 / (sa * sa + da * da) + inv_g2)
+        sa_new = 1.0 / sqrt(1.0 / (sa * sa + da * da) + inv_g2)
         if sa_new < smin:
             sa_new = smin
         elif sa_new > smax:
             sa_new = smax
-        sb_new = 1.0 / math.sqrt(1.0 / (sb * sb + db * db) + inv_g2)
+        sb_new = 1.0 / sqrt(1.0 / (sb * sb + db * db) + inv_g2)
         if sb_new < smin:
             sb_new = smin
         elif sb_new > smax:
             sb_new = smax
         # §4.4 trend with the same P_ab.
-        lp = p.lambda_phi
-        f = (1.0 - lp) * phi[a] + lp * surprise
-        phi[a] = f if f < 1.0 else 1.0
-        f = (1.0 - lp) * phi[b] - lp * surprise
-        phi[b] = f if f > -1.0 else -1.0
+        phi_a = keep_phi * phi_a + lp * surprise
+        phi[a] = phi_a if phi_a < 1.0 else 1.0
+        phi_b = keep_phi * phi_b - lp * surprise
+        phi[b] = phi_b if phi_b > -1.0 else -1.0
         # §4.5 streak, window, count, last event time.
         streak[a] += 1
         streak[b] = 0
         wring = self._wring
+        da = abs(da)
+        db = abs(db)
         slot = a * wlen + na % wlen
-        wsum[a] += abs(da) - wring[slot]
-        wring[slot] = abs(da)
+        wsum[a] += da - wring[slot]
+        wring[slot] = da
         if na % wlen == wlen - 1:  # re-sum once per lap so rounding never accumulates
-            wsum[a] = math.fsum(wring[a * wlen : (a + 1) * wlen])
+            wsum[a] = fsum(wring[a * wlen : (a + 1) * wlen])
         slot = b * wlen + nb % wlen
-        wsum[b] += abs(db) - wring[slot]
-        wring[slot] = abs(db)
+        wsum[b] += db - wring[slot]
+        wring[slot] = db
         if nb % wlen == wlen - 1:
-            wsum[b] = math.fsum(wring[b * wlen : (b + 1) * wlen])
+            wsum[b] = fsum(wring[b * wlen : (b + 1) * wlen])
         n_arr[a] = na + 1
         n_arr[b] = nb + 1
         last_arr[a] = t
@@ -433,13 +439,11 @@ class Engine:
         if active[b]:
             self._sum_r_active += rb_new - rb_old
         move = self._ladder.move
-        floor = math.floor
         if ra_new != ra_old:  # _key(), inlined: this is the hottest line of arenad
             move((-floor(ra_old * _KEY_SCALE) << _ID_BITS) | a, (-floor(ra_new * _KEY_SCALE) << _ID_BITS) | a)
         if rb_new != rb_old:
             move((-floor(rb_old * _KEY_SCALE) << _ID_BITS) | b, (-floor(rb_new * _KEY_SCALE) << _ID_BITS) | b)
         # §2.3 activity ring: the time of this counted event.
-        n_act = p.n_active
         aring = self._aring
         aring[a * n_act + na % n_act] = t
         aring[b * n_act + nb % n_act] = t
@@ -447,14 +451,25 @@ class Engine:
             self._activate(a, na + 1, t, ra_new)
         if not active[b] and nb + 1 >= n_act:
             self._activate(b, nb + 1, t, rb_new)
-        # §6.1 placement and §6.4 accumulators.
+        # §6.1 placement and §6.4 accumulators; the common case (a placed player still inside
+        # its tier with empty accumulators) is decided here without a call.
         tier = self._tier
-        if tier[a] or na + 1 >= p.n_min:
+        bounds = self._bounds
+        acc = self._h
+        k = tier[a]
+        if k and bounds[k] <= ra_new < bounds[k - 1]:
+            if acc[a]:
+                acc[a] = 0.0
+        elif k or na + 1 >= n_min:
             self._tiers_after_event(a, ra_new, sa_new)
-        if tier[b] or nb + 1 >= p.n_min:
+        k = tier[b]
+        if k and bounds[k] <= rb_new < bounds[k - 1]:
+            if acc[b]:
+                acc[b] = 0.0
+        elif k or nb + 1 >= n_min:
             self._tiers_after_event(b, rb_new, sb_new)
         self.applied += 1
-        return Outcome.APPLIED
+        return _APPLIED
 
     def _pooled(self, i: int, delta: float, sigma: float) -> float:
         """§8.2 evidence weight and §8.3 pool for player ``i``; returns the visible change."""
@@ -518,36 +533,32 @@ class Engine:
                 k = 1 + bisect_left(self._neg_bounds, -r)
                 self._tier[i] = k
                 self._tier_counts[k] += 1
-                self._hup[i] = 0.0
-                self._hdown[i] = 0.0
+                self._h[i] = 0.0
             return
         # §6.4 promotion / demotion accumulators against the current tier's own boundaries.
         upper = self._bounds[k - 1]
         lower = self._bounds[k]
+        h = self._h[i]
         if r >= upper:
-            h = self._hup[i] + (r - upper)
-            self._hdown[i] = 0.0
+            h = (h if h > 0.0 else 0.0) + (r - upper)
             if h >= p.h_req:
                 self._move_tier(i, k, k - 1)
             else:
-                self._hup[i] = h
+                self._h[i] = h
         elif r < lower:
-            h = self._hdown[i] + (lower - r)
-            self._hup[i] = 0.0
+            h = (-h if h < 0.0 else 0.0) + (lower - r)
             if h >= p.h_req:
                 self._move_tier(i, k, k + 1)
             else:
-                self._hdown[i] = h
+                self._h[i] = -h
         else:
-            self._hup[i] = 0.0
-            self._hdown[i] = 0.0
+            self._h[i] = 0.0
 
     def _move_tier(self, i: int, old: int, new: int) -> None:
         self._tier[i] = new
         self._tier_counts[old] -= 1
         self._tier_counts[new] += 1
-        self._hup[i] = 0.0
-        self._hdown[i] = 0.0
+        self._h[i] = 0.0
         self.tier_changes += 1
 
     def _reject(self, outcome: Outcome) -> Outcome:
