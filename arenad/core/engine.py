@@ -29,7 +29,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from math import atan, exp, floor, fsum, isfinite, sqrt
+from math import atan, exp, fsum, isfinite, sqrt
 from statistics import NormalDist
 
 import numpy as np
@@ -37,14 +37,10 @@ import numpy as np
 from arenad.core.ladder import Ladder
 from arenad.core.params import TIER_COUNT, TIER_NAMES, ADRParams
 
-# Ladder keys are int64: -floor(r * 2**16) in the high bits, the player id in the low 24 bits, so
-# ascending key order is descending rating. Ratings closer than 2**-16 (1.5e-5) points, and exact
-# ties, are ordered by first-seen; |r| stays below 2**23 (see Engine._rebase), so keys fit 63 bits.
-_KEY_SCALE = float(2**16)
-_ID_BITS = 24
-_ID_MASK = (1 << _ID_BITS) - 1
+# The ladder keys a player by its negated internal rating (exact, ties in first-seen order); the
+# §2.1 cooldown keys an ordered pair by attacker_id << 32 | victim_id.
+_ID_BITS = 32
 MAX_PLAYERS = 1 << _ID_BITS
-_REBASE_AT = float(2**20)
 
 _INF = math.inf
 _INV_PI = 1.0 / math.pi
@@ -205,7 +201,7 @@ class Engine:
         self._active.append(0)
         self._wring.extend(_zeros(p.window_len))
         self._aring.extend(_zeros(p.n_active))
-        self._ladder.add(_key(r0, i))
+        self._ladder.add(-r0, i)
         self._sum_r_all += r0
         self._sum_sigma += p.sigma0
         return i
@@ -224,7 +220,7 @@ class Engine:
             raise ValueError(f"state out of bounds for {name!r}: mu={mu!r} sigma={sigma!r} n={n!r}")
         i = self._add_player(name)
         r = mu - self.offset
-        self._ladder.move(_key(self._r[i], i), _key(r, i))
+        self._ladder.move(-self._r[i], -r, i)
         self._sum_r_all += r - self._r[i]
         self._sum_sigma += sigma - self._sigma[i]
         self._r[i] = r
@@ -299,10 +295,14 @@ class Engine:
         lb = last_arr[b]
 
         # Step 2: returning players (§8.2/§8.3 apply for the next `returning_events` events).
+        ret_a = ret[a]
+        ret_b = ret[b]
         if na and t - la > t_return_s:
-            ret[a] = returning_events
+            ret_a = returning_events
+            ret[a] = ret_a
         if nb and t - lb > t_return_s:
-            ret[b] = returning_events
+            ret_b = returning_events
+            ret[b] = ret_b
 
         # Step 3: one snapshot of the active mean (§2.3, fallback to all players), then §5 decay.
         expiry = self._expiry
@@ -356,9 +356,9 @@ class Engine:
         da = eta_a * surprise
         db = -eta_b * (surprise if corrected else p_ab)
         pool = self._pool
-        if ret[a] or pool[a] != 0.0:
+        if ret_a or pool[a] != 0.0:
             da = self._pooled(a, da, sa)
-        if (ret[b] and pool_losses) or (not ret[b] and pool[b] != 0.0):
+        if (ret_b and pool_losses) or (not ret_b and pool[b] != 0.0):
             db = self._pooled(b, db, sb)
         if da > dmax:
             da = dmax
@@ -421,10 +421,10 @@ class Engine:
         n_arr[b] = nb + 1
         last_arr[a] = t
         last_arr[b] = t
-        if ret[a]:
-            ret[a] -= 1
-        if ret[b]:
-            ret[b] -= 1
+        if ret_a:
+            ret[a] = ret_a - 1
+        if ret_b:
+            ret[b] = ret_b - 1
 
         # Store, keeping the aggregates and the ladder index in step.
         r_arr[a] = ra_new
@@ -434,22 +434,24 @@ class Engine:
         self._sum_sigma = sum_sigma - sa - sb + sa_new + sb_new
         self._sum_r_all += ra_new - ra_old + rb_new - rb_old
         active = self._active
-        if active[a]:
-            self._sum_r_active += ra_new - ra_old
-        if active[b]:
-            self._sum_r_active += rb_new - rb_old
+        active_a = active[a]
+        active_b = active[b]
+        if active_a or active_b:
+            self._sum_r_active += (ra_new - ra_old if active_a else 0.0) + (
+                rb_new - rb_old if active_b else 0.0
+            )
         move = self._ladder.move
-        if ra_new != ra_old:  # _key(), inlined: this is the hottest line of arenad
-            move((-floor(ra_old * _KEY_SCALE) << _ID_BITS) | a, (-floor(ra_new * _KEY_SCALE) << _ID_BITS) | a)
+        if ra_new != ra_old:
+            move(-ra_old, -ra_new, a)
         if rb_new != rb_old:
-            move((-floor(rb_old * _KEY_SCALE) << _ID_BITS) | b, (-floor(rb_new * _KEY_SCALE) << _ID_BITS) | b)
+            move(-rb_old, -rb_new, b)
         # §2.3 activity ring: the time of this counted event.
         aring = self._aring
         aring[a * n_act + na % n_act] = t
         aring[b * n_act + nb % n_act] = t
-        if not active[a] and na + 1 >= n_act:
+        if not active_a and na + 1 >= n_act:
             self._activate(a, na + 1, t, ra_new)
-        if not active[b] and nb + 1 >= n_act:
+        if not active_b and nb + 1 >= n_act:
             self._activate(b, nb + 1, t, rb_new)
         # §6.1 placement and §6.4 accumulators; the common case (a placed player still inside
         # its tier with empty accumulators) is decided here without a call.
@@ -628,27 +630,6 @@ class Engine:
             self._neg_bounds = [-x for x in new]
             self.calibrations += 1
         self._prune_cooldown(now)
-        if abs(self.offset) > _REBASE_AT:
-            self._rebase()
-
-    def _rebase(self) -> None:
-        """Fold the anchor offset into every stored rating (O(P), needed about never).
-
-        Keeps internal ratings small enough for the int64 ladder keys however long the anchor
-        has been shifting the scale.
-        """
-        off = self.offset
-        r = np.frombuffer(self._r, dtype=np.float64)
-        r += off
-        del r  # release the buffer export before the array can be resized again
-        self._bounds = [b + off for b in self._bounds]
-        self._neg_bounds = [-b for b in self._bounds[1:TIER_COUNT]]
-        self._sum_r_all += off * len(self.names)
-        self._sum_r_active += off * self._n_active
-        self.offset = 0.0
-        self._r_lo = self.params.mu_min
-        self._r_hi = self.params.mu_max
-        self._ladder = Ladder(_key(self._r[i], i) for i in range(len(self.names)))
 
     def _clamp_to_bounds(self) -> None:
         """After an anchor shift, pull any rating outside [mu_min, mu_max] back onto the bound.
@@ -659,14 +640,13 @@ class Engine:
         r = self._r
         for hi_side in (True, False):
             while ladder:
-                key = ladder[0] if hi_side else ladder[-1]
-                i = key & _ID_MASK
+                _, i = ladder.first() if hi_side else ladder.last()
                 old = r[i]
                 target = self._r_hi if hi_side else self._r_lo
                 if (old <= target) if hi_side else (old >= target):
                     break
                 r[i] = target
-                ladder.move(key, _key(target, i))
+                ladder.move(-old, -target, i)
                 self._sum_r_all += target - old
                 if self._active[i]:
                     self._sum_r_active += target - old
@@ -681,14 +661,13 @@ class Engine:
 
     def rank(self, i: int) -> int:
         """1-based ladder position; equal ratings share the better rank (competition ranking)."""
-        q = -math.floor(self._r[i] * _KEY_SCALE)
-        return int(self._ladder.bisect_left(q << _ID_BITS)) + 1
+        return self._ladder.count_below(-self._r[i]) + 1
 
     def percentile(self, i: int) -> float:
         """Share of tracked players rated strictly below this one, plus half of the ties, in %."""
-        q = -math.floor(self._r[i] * _KEY_SCALE)
-        above = int(self._ladder.bisect_left(q << _ID_BITS))
-        through = int(self._ladder.bisect_left((q + 1) << _ID_BITS))
+        key = -self._r[i]
+        above = self._ladder.count_below(key)
+        through = self._ladder.count_at_most(key)
         total = len(self.names)
         below = total - through
         if total <= 1:
@@ -699,18 +678,16 @@ class Engine:
         """Player ids of ladder positions offset+1 .. offset+n, best first."""
         if n <= 0 or offset < 0:
             return []
-        return [k & _ID_MASK for k in self._ladder.islice(offset, offset + n)]
+        return list(self._ladder.islice(offset, offset + n))
 
     def around(self, i: int, n: int) -> list[int]:
         """Up to ``n`` players above and ``n`` below player ``i``, with ``i`` itself, best first."""
-        pos = int(self._ladder.index(_key(self._r[i], i)))
-        start = max(0, pos - n)
-        return [k & _ID_MASK for k in self._ladder.islice(start, pos + n + 1)]
+        pos = self._ladder.index(-self._r[i], i)
+        return list(self._ladder.islice(max(0, pos - n), pos + n + 1))
 
     def ladder_ids(self) -> Iterator[int]:
         """Every player id, best first."""
-        for k in self._ladder:
-            yield k & _ID_MASK
+        yield from self._ladder
 
     def view(self, i: int) -> PlayerView:
         return PlayerView(
@@ -759,16 +736,11 @@ class Engine:
 
     def ladder_is_consistent(self) -> bool:
         """Index and ratings agree: one entry per player, in non-increasing rating order."""
-        ids = [k & _ID_MASK for k in self._ladder]
+        ids = list(self._ladder)
         if sorted(ids) != list(range(len(self.names))):
             return False
         r = self._r
         return all(r[ids[j]] >= r[ids[j + 1]] for j in range(len(ids) - 1))
-
-
-def _key(r: float, i: int) -> int:
-    # Ascending key order = descending rating; see _KEY_SCALE.
-    return (-math.floor(r * _KEY_SCALE) << _ID_BITS) | i
 
 
 _ZERO_CACHE: dict[int, array[float]] = {}

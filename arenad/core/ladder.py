@@ -1,17 +1,20 @@
 """The ladder index: every tracked player in rating order, for O(log P) rank, top-N and percentile.
 
-The same design as ``sortedcontainers.SortedList`` (a list of sorted blocks of about ``load``
-keys, with a sorted list of block maxima on top), with two changes that matter for arenad's hot
-path, measured in bench/README.md:
+Entries are pairs (key, player id) ordered by key, then id; arenad's key is the negated rating,
+so ascending order is the ladder, best first, with exact ties in first-seen order. The layout is
+that of ``sortedcontainers.SortedList`` (sorted blocks of about ``load`` entries under a sorted
+list of block maxima) with two changes that matter on arenad's hot path (bench/README.md):
 
-* Blocks are ``array('q')`` of int64 keys instead of lists of Python ints. A re-key touches two
-  random players among up to millions; with boxed ints every comparison of the binary search is a
-  cache miss on a scattered heap object, with packed arrays it reads one contiguous block.
-* ``move(old, new)`` re-keys in place when the new key stays in the same block, which is the
-  common case because one kill moves a rating by at most Δmax (§8.4).
+* Blocks are packed ``array('d')`` keys with a parallel ``array('q')`` of ids instead of lists of
+  Python objects. A kill re-keys two random players among up to millions; with boxed objects
+  every comparison of a binary search is a cache miss on a scattered heap object, with packed
+  arrays it reads one contiguous block. Keys are the exact ratings: no quantisation.
+* ``move`` re-keys within the block when the entry stays in it, the common case because one
+  kill moves a rating by at most Δmax (§8.4): no block lengths change, so neither the block
+  structure nor the positional index needs any work.
 
-Positions (rank) come from a Fenwick tree over block lengths, built lazily on the first positional
-query and kept up to date afterwards, so rank is O(log P) and an event costs O(log P) too.
+Positions come from a Fenwick tree over block lengths, built on the first positional query and
+kept up to date afterwards, so rank is O(log P) and so is an update.
 """
 
 from __future__ import annotations
@@ -22,21 +25,22 @@ from collections.abc import Iterable, Iterator
 
 
 class Ladder:
-    """Sorted, unique int64 keys; ascending key order is the ladder order (best first)."""
+    """Sorted unique (key, id) entries; ascending order is the ladder order (best first)."""
 
-    __slots__ = ("_blocks", "_fenwick", "_len", "_load", "_maxes")
+    __slots__ = ("_fenwick", "_ids", "_keys", "_len", "_load", "_maxes")
 
-    def __init__(self, keys: Iterable[int] = (), load: int = 1000) -> None:
+    def __init__(self, entries: Iterable[tuple[float, int]] = (), load: int = 1000) -> None:
         self._load = load
-        self._blocks: list[array[int]] = []
-        self._maxes: list[int] = []
-        self._len = 0
+        self._keys: list[array[float]] = []
+        self._ids: list[array[int]] = []
+        self._maxes: list[float] = []  # the last key of each block
         self._fenwick: list[int] | None = None
-        ordered = sorted(keys)
+        ordered = sorted(entries)
         for start in range(0, len(ordered), load):
-            block = array("q", ordered[start : start + load])
-            self._blocks.append(block)
-            self._maxes.append(block[-1])
+            chunk = ordered[start : start + load]
+            self._keys.append(array("d", [k for k, _ in chunk]))
+            self._ids.append(array("q", [i for _, i in chunk]))
+            self._maxes.append(chunk[-1][0])
         self._len = len(ordered)
 
     def __len__(self) -> int:
@@ -46,112 +50,150 @@ class Ladder:
         return self._len > 0
 
     def __iter__(self) -> Iterator[int]:
-        for block in self._blocks:
-            yield from block
+        """Player ids, best first."""
+        for ids in self._ids:
+            yield from ids
+
+    def entries(self) -> Iterator[tuple[float, int]]:
+        for keys, ids in zip(self._keys, self._ids, strict=True):
+            yield from zip(keys, ids, strict=True)
+
+    # -------------------------------------------------------------- locating
+    def _block_for(self, key: float, pid: int) -> int:
+        """The first block whose last entry is >= (key, pid); len(blocks) - 1 at most."""
+        maxes = self._maxes
+        pos = bisect_left(maxes, key)
+        last = len(maxes) - 1
+        if pos > last:
+            return last
+        # A run of equal keys can span blocks: step over blocks that end before (key, pid).
+        while pos < last and maxes[pos] == key and self._ids[pos][-1] < pid:
+            pos += 1
+        return pos
+
+    @staticmethod
+    def _lower(keys: array[float], ids: array[int], key: float, pid: int) -> int:
+        """Index of the first entry >= (key, pid) within one block."""
+        idx = bisect_left(keys, key)
+        n = len(keys)
+        while idx < n and keys[idx] == key and ids[idx] < pid:  # ties: short runs in practice
+            idx += 1
+        return idx
+
+    def _locate(self, key: float, pid: int) -> tuple[int, int]:
+        if not self._maxes:
+            raise KeyError((key, pid))
+        pos = self._block_for(key, pid)
+        keys = self._keys[pos]
+        ids = self._ids[pos]
+        idx = self._lower(keys, ids, key, pid)
+        if idx == len(keys) or keys[idx] != key or ids[idx] != pid:
+            raise KeyError((key, pid))
+        return pos, idx
 
     # -------------------------------------------------------------- updates
-    def add(self, key: int) -> None:
+    def add(self, key: float, pid: int) -> None:
         maxes = self._maxes
         if not maxes:
-            self._blocks.append(array("q", (key,)))
+            self._keys.append(array("d", (key,)))
+            self._ids.append(array("q", (pid,)))
             maxes.append(key)
             self._len = 1
             self._fenwick = None
             return
-        pos = bisect_right(maxes, key)
-        if pos == len(maxes):
-            pos -= 1
-            block = self._blocks[pos]
-            block.append(key)
-            maxes[pos] = key
-        else:
-            block = self._blocks[pos]
-            block.insert(bisect_right(block, key), key)
+        pos = self._block_for(key, pid)
+        keys = self._keys[pos]
+        ids = self._ids[pos]
+        idx = self._lower(keys, ids, key, pid)
+        keys.insert(idx, key)
+        ids.insert(idx, pid)
+        maxes[pos] = keys[-1]
         self._len += 1
-        if len(block) > 2 * self._load:
-            half = len(block) >> 1
-            self._blocks.insert(pos + 1, block[half:])
-            del block[half:]
-            maxes.insert(pos, block[-1])
-            self._fenwick = None
+        if len(keys) > 2 * self._load:
+            self._split(pos)
         elif self._fenwick is not None:
             self._fenwick_add(pos, 1)
 
-    def remove(self, key: int) -> None:
-        pos, idx = self._locate(key)
+    def remove(self, key: float, pid: int) -> None:
+        pos, idx = self._locate(key, pid)
         self._delete(pos, idx)
 
-    def move(self, old: int, new: int) -> None:
-        """Replace ``old`` (which must be present) by ``new``."""
+    def move(self, old: float, new: float, pid: int) -> None:
+        """Re-key player ``pid`` from ``old`` (which must be its current key) to ``new``."""
         maxes = self._maxes
-        blocks = self._blocks
+        if not maxes:
+            raise KeyError((old, pid))
         pos = bisect_left(maxes, old)
-        if pos == len(maxes):
-            raise KeyError(old)
-        block = blocks[pos]
-        idx = bisect_left(block, old)
-        if idx == len(block) or block[idx] != old:
-            raise KeyError(old)
-        if (pos == 0 or new > maxes[pos - 1]) and (pos == len(maxes) - 1 or new < blocks[pos + 1][0]):
-            # Same block: no length changes, so maxima aside nothing else needs updating.
-            if (idx == 0 or block[idx - 1] < new) and (idx == len(block) - 1 or new < block[idx + 1]):
-                block[idx] = new
-            else:
-                del block[idx]
-                block.insert(bisect_left(block, new), new)
-            maxes[pos] = block[-1]
+        last = len(maxes) - 1
+        if pos > last or (pos < last and maxes[pos] == old):
+            pos = self._block_for(old, pid)  # an equal-key run may span blocks: the careful way
+        keys = self._keys[pos]
+        ids = self._ids[pos]
+        idx = bisect_left(keys, old)
+        if idx == len(keys) or ids[idx] != pid:
+            idx = self._lower(keys, ids, old, pid)
+            if idx == len(keys) or keys[idx] != old or ids[idx] != pid:
+                raise KeyError((old, pid))
+        # Same block when (new, pid) stays strictly between the neighbouring blocks' ends (equal
+        # keys at a block edge take the general path below).
+        if (pos == 0 or new > maxes[pos - 1]) and (pos == last or new < self._keys[pos + 1][0]):
+            del keys[idx]
+            del ids[idx]
+            at = bisect_left(keys, new)
+            if at < len(keys) and keys[at] == new:
+                at = self._lower(keys, ids, new, pid)
+            keys.insert(at, new)
+            ids.insert(at, pid)
+            maxes[pos] = keys[-1]  # lengths are unchanged: the positional index stays valid
         else:
             self._delete(pos, idx)
-            self.add(new)
+            self.add(new, pid)
 
-    def _locate(self, key: int) -> tuple[int, int]:
-        pos = bisect_left(self._maxes, key)
-        if pos == len(self._maxes):
-            raise KeyError(key)
-        block = self._blocks[pos]
-        idx = bisect_left(block, key)
-        if idx == len(block) or block[idx] != key:
-            raise KeyError(key)
-        return pos, idx
+    def _split(self, pos: int) -> None:
+        keys = self._keys[pos]
+        ids = self._ids[pos]
+        half = len(keys) >> 1
+        self._keys.insert(pos + 1, keys[half:])
+        self._ids.insert(pos + 1, ids[half:])
+        del keys[half:]
+        del ids[half:]
+        self._maxes.insert(pos, keys[-1])
+        self._fenwick = None
 
     def _delete(self, pos: int, idx: int) -> None:
-        blocks = self._blocks
+        keys = self._keys[pos]
+        ids = self._ids[pos]
         maxes = self._maxes
-        block = blocks[pos]
-        del block[idx]
+        del keys[idx]
+        del ids[idx]
         self._len -= 1
-        if len(block) > self._load >> 1:
-            maxes[pos] = block[-1]
+        if len(keys) > self._load >> 1:
+            maxes[pos] = keys[-1]
             if self._fenwick is not None:
                 self._fenwick_add(pos, -1)
             return
-        # A small block merges into a neighbour (or disappears when empty).
+        # A small block merges into a neighbour (or disappears when it is the last one and empty).
         self._fenwick = None
-        if len(blocks) == 1:
-            if block:
-                maxes[0] = block[-1]
+        if len(maxes) == 1:
+            if keys:
+                maxes[0] = keys[-1]
             else:
-                del blocks[0]
-                del maxes[0]
+                del self._keys[0], self._ids[0], maxes[0]
             return
         if pos == 0:
             pos = 1
-        prev = blocks[pos - 1]
-        prev.extend(blocks[pos])
-        del blocks[pos]
-        del maxes[pos]
-        maxes[pos - 1] = prev[-1]
-        if len(prev) > 2 * self._load:
-            half = len(prev) >> 1
-            blocks.insert(pos, prev[half:])
-            del prev[half:]
-            maxes.insert(pos - 1, prev[-1])
+        self._keys[pos - 1].extend(self._keys[pos])
+        self._ids[pos - 1].extend(self._ids[pos])
+        del self._keys[pos], self._ids[pos], maxes[pos]
+        maxes[pos - 1] = self._keys[pos - 1][-1]
+        if len(self._keys[pos - 1]) > 2 * self._load:
+            self._split(pos - 1)
 
     # -------------------------------------------------------------- positions
     def _fenwick_build(self) -> list[int]:
-        tree = [0] * (len(self._blocks) + 1)
-        for i, block in enumerate(self._blocks, start=1):
-            tree[i] += len(block)
+        tree = [0] * (len(self._keys) + 1)
+        for i, keys in enumerate(self._keys, start=1):
+            tree[i] += len(keys)
             parent = i + (i & -i)
             if parent < len(tree):
                 tree[parent] += tree[i]
@@ -168,7 +210,7 @@ class Ladder:
             i += i & -i
 
     def _before_block(self, pos: int) -> int:
-        """Number of keys in blocks 0..pos-1."""
+        """Number of entries in blocks 0..pos-1."""
         tree = self._fenwick if self._fenwick is not None else self._fenwick_build()
         total = 0
         i = pos
@@ -177,21 +219,28 @@ class Ladder:
             i -= i & -i
         return total
 
-    def bisect_left(self, key: int) -> int:
-        """Number of keys strictly less than ``key``."""
-        if not self._maxes:
-            return 0
-        pos = bisect_left(self._maxes, key)
-        if pos == len(self._maxes):
+    def count_below(self, key: float) -> int:
+        """Number of entries whose key is strictly less than ``key`` (better-rated players)."""
+        maxes = self._maxes
+        pos = bisect_left(maxes, key)
+        if pos == len(maxes):
             return self._len
-        return self._before_block(pos) + bisect_left(self._blocks[pos], key)
+        return self._before_block(pos) + bisect_left(self._keys[pos], key)
 
-    def index(self, key: int) -> int:
-        pos, idx = self._locate(key)
+    def count_at_most(self, key: float) -> int:
+        """Number of entries whose key is <= ``key``."""
+        maxes = self._maxes
+        pos = bisect_right(maxes, key)
+        if pos == len(maxes):
+            return self._len
+        return self._before_block(pos) + bisect_right(self._keys[pos], key)
+
+    def index(self, key: float, pid: int) -> int:
+        pos, idx = self._locate(key, pid)
         return self._before_block(pos) + idx
 
     def islice(self, start: int, stop: int) -> Iterator[int]:
-        """Keys at positions start..stop-1 (clamped to the ladder)."""
+        """Player ids at positions start..stop-1 (clamped to the ladder)."""
         start = max(0, start)
         stop = min(stop, self._len)
         if start >= stop:
@@ -208,18 +257,22 @@ class Ladder:
                 remaining -= tree[nxt]
             step >>= 1
         count = stop - start
-        blocks = self._blocks
+        blocks = self._ids
         while count > 0 and pos < len(blocks):
-            block = blocks[pos]
-            chunk = block[remaining : remaining + count]
+            chunk = blocks[pos][remaining : remaining + count]
             yield from chunk
             count -= len(chunk)
             remaining = 0
             pos += 1
 
-    def __getitem__(self, position: int) -> int:
-        if position < 0:
-            position += self._len
-        if not 0 <= position < self._len:
-            raise IndexError(position)
-        return next(self.islice(position, position + 1))
+    def first(self) -> tuple[float, int]:
+        """The best entry (no positional index needed)."""
+        if not self._len:
+            raise IndexError("empty ladder")
+        return self._keys[0][0], self._ids[0][0]
+
+    def last(self) -> tuple[float, int]:
+        """The worst entry."""
+        if not self._len:
+            raise IndexError("empty ladder")
+        return self._keys[-1][-1], self._ids[-1][-1]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 import pytest
 from hypothesis import given, settings
@@ -10,77 +10,98 @@ from hypothesis import strategies as st
 
 from arenad.core.ladder import Ladder
 
-keys = st.integers(min_value=-(2**62), max_value=2**62)
+# Few distinct keys, so exact ties (equal ratings) are common and cross block boundaries.
+keys = st.sampled_from([-3.5, -1.0, 0.0, 0.25, 1.0, 2.0, 1e9]) | st.floats(-1e6, 1e6)
+ids = st.integers(min_value=0, max_value=50)
 
 
 class TestLadderModel:
-    """Every operation agrees with a sorted Python list, across block splits and merges."""
+    """Every operation agrees with a sorted list of (key, id) pairs, across splits and merges."""
 
-    @settings(max_examples=150, deadline=None)
+    @settings(max_examples=200, deadline=None)
     @given(
-        initial=st.sets(keys, max_size=60),
-        ops=st.lists(st.tuples(st.sampled_from(["add", "remove", "move"]), keys, keys), max_size=300),
+        initial=st.sets(st.tuples(keys, ids), max_size=60),
+        ops=st.lists(st.tuples(st.sampled_from(["add", "remove", "move"]), keys, ids), max_size=300),
         load=st.integers(min_value=2, max_value=16),
     )
     def test_operations_match_sorted_list(
-        self, initial: set[int], ops: list[tuple[str, int, int]], load: int
+        self, initial: set[tuple[float, int]], ops: list[tuple[str, float, int]], load: int
     ) -> None:
-        ladder = Ladder(initial, load=load)
-        model = sorted(initial)
-        for op, x, y in ops:
-            if op == "add" and x not in model:
-                ladder.add(x)
-                model.insert(bisect_left(model, x), x)
-            elif op in ("remove", "move") and model:
-                old = model[abs(x) % len(model)]
-                if op == "remove":
-                    ladder.remove(old)
-                    model.remove(old)
-                elif y not in model:
-                    ladder.move(old, y)
-                    model.remove(old)
-                    model.insert(bisect_left(model, y), y)
-            assert list(ladder) == model
+        # One entry per id, as in the engine.
+        by_id = {pid: key for key, pid in initial}
+        ladder = Ladder(((k, i) for i, k in by_id.items()), load=load)
+        model = sorted((k, i) for i, k in by_id.items())
+        for op, key, pid in ops:
+            if op == "add" and pid not in by_id:
+                ladder.add(key, pid)
+                by_id[pid] = key
+                model.insert(bisect_left(model, (key, pid)), (key, pid))
+            elif op == "remove" and pid in by_id:
+                key_now = by_id.pop(pid)
+                ladder.remove(key_now, pid)
+                model.remove((key_now, pid))
+            elif op == "move" and pid in by_id:
+                ladder.move(by_id[pid], key, pid)
+                model.remove((by_id[pid], pid))
+                by_id[pid] = key
+                model.insert(bisect_left(model, (key, pid)), (key, pid))
+            assert list(ladder.entries()) == model
+            assert list(ladder) == [i for _, i in model]
             assert len(ladder) == len(model)
-        for probe in [*model[:5], 0, 2**61]:
-            assert ladder.bisect_left(probe) == bisect_left(model, probe)
-        for pos, key in enumerate(model):
-            assert ladder.index(key) == pos
-            assert ladder[pos] == key
-        assert list(ladder.islice(3, 11)) == model[3:11]
+        model_keys = [k for k, _ in model]
+        for probe in [*model_keys[:5], 0.0, 2e9, -2e9]:
+            assert ladder.count_below(probe) == bisect_left(model_keys, probe)
+            assert ladder.count_at_most(probe) == bisect_right(model_keys, probe)
+        for pos, (key, pid) in enumerate(model):
+            assert ladder.index(key, pid) == pos
+        assert list(ladder.islice(3, 11)) == [i for _, i in model[3:11]]
+        if model:
+            assert ladder.first() == model[0]
+            assert ladder.last() == model[-1]
 
     def test_positions_stay_right_after_the_index_is_built(self) -> None:
         """Rank queries between updates see every update (the Fenwick tree is maintained)."""
-        ladder = Ladder(range(0, 2000, 2), load=8)
-        model = list(range(0, 2000, 2))
-        assert ladder.index(1000) == 500  # builds the position index
+        ladder = Ladder(((float(k), k) for k in range(0, 2000, 2)), load=8)
+        model = [(float(k), k) for k in range(0, 2000, 2)]
+        assert ladder.index(1000.0, 1000) == 500  # builds the position index
         for k in range(1, 400, 2):
-            ladder.add(k)
-            model.insert(bisect_left(model, k), k)
-            assert ladder.index(k) == model.index(k)
+            ladder.add(float(k), k)
+            model.insert(bisect_left(model, (float(k), k)), (float(k), k))
+            assert ladder.index(float(k), k) == model.index((float(k), k))
         for k in range(0, 300, 4):
-            ladder.remove(k)
-            model.remove(k)
-        assert [ladder.index(k) for k in model[::37]] == [model.index(k) for k in model[::37]]
-        assert list(ladder.islice(100, 130)) == model[100:130]
+            ladder.remove(float(k), k)
+            model.remove((float(k), k))
+        assert [ladder.index(*e) for e in model[::37]] == [model.index(e) for e in model[::37]]
+        assert list(ladder.islice(100, 130)) == [i for _, i in model[100:130]]
+
+    def test_equal_keys_are_ordered_by_id(self) -> None:
+        ladder = Ladder(load=2)
+        for pid in (5, 1, 9, 3, 7):
+            ladder.add(0.0, pid)
+        assert list(ladder) == [1, 3, 5, 7, 9]
+        ladder.move(0.0, -1.0, 9)
+        assert list(ladder) == [9, 1, 3, 5, 7]
 
 
 class TestLadderErrors:
-    """Missing keys are errors, not silent corruption."""
+    """Missing entries are errors, not silent corruption."""
 
-    def test_remove_missing_key_raises(self) -> None:
-        ladder = Ladder([1, 2, 3])
+    def test_remove_missing_entry_raises(self) -> None:
+        ladder = Ladder([(1.0, 1), (2.0, 2)])
         with pytest.raises(KeyError):
-            ladder.remove(7)
-        assert list(ladder) == [1, 2, 3]
+            ladder.remove(1.0, 2)
+        assert list(ladder.entries()) == [(1.0, 1), (2.0, 2)]
 
-    def test_move_missing_key_raises(self) -> None:
-        ladder = Ladder([1, 2, 3])
+    def test_move_missing_entry_raises(self) -> None:
+        ladder = Ladder([(1.0, 1)])
         with pytest.raises(KeyError):
-            ladder.move(5, 9)
-        assert list(ladder) == [1, 2, 3]
+            ladder.move(5.0, 9.0, 1)
+        with pytest.raises(KeyError):
+            Ladder().move(1.0, 2.0, 1)
+        assert list(ladder.entries()) == [(1.0, 1)]
 
-    def test_index_out_of_range(self) -> None:
+    def test_empty_ladder_ends(self) -> None:
         with pytest.raises(IndexError):
-            Ladder([1])[1]
-        assert Ladder([4, 5])[-1] == 5
+            Ladder().first()
+        with pytest.raises(IndexError):
+            Ladder().last()
