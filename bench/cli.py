@@ -92,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in players
     ]
     trace = not args.no_trace
+    host = machine()  # before the run, so its load average is the machine's own
     started = time.perf_counter()
     results: list[Result] = []
     if args.in_process:
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
         "unix_time": int(time.time()),
         "total_s": round(time.perf_counter() - started, 1),
-        "machine": machine(),
+        "machine": host,
         "engine": engine_version(),
         "results": results,
     }
@@ -212,7 +213,10 @@ def format_report(report: dict[str, Any]) -> str:
             f"where the traced bytes live at P = {r['players']:,} (bytes/player, by allocating line):"
         )
         for s in sites:
-            lines.append(f"  {s['bytes_per_player']:>8,.1f}  {s['site']:<40} {s['line'][:70]}")
+            what = s["line"][:70]
+            if s["site"].startswith("bench/"):
+                what = "player-name strings kept by the engine (decoded per event in warm_up)"
+            lines.append(f"  {s['bytes_per_player']:>8,.1f}  {s['site']:<28} {what}")
     lines.append("")
     lines.append(f"total benchmark time {report['total_s']:.0f} s; figures as JSON on the next line")
     return "\n".join(lines)

@@ -9,7 +9,11 @@ written to be *read*, not to be fast:
 * the §2.2 sliding window is a ``deque``;
 * every population quantity (active set, active mean, mean sigma) is recomputed from scratch
   from the full per-player event history at every event;
-* the §2.1 cooldown keeps the time of every counted kill of every ordered pair forever.
+* the §2.1 cooldown remembers the last counted kill of every ordered pair forever (no pruning).
+
+Where the paper is silent or contradicts itself it follows arenad's documented choices
+(docs/adr.md: the corrected victim rule, the returning phase of ``returning_events`` events, the
+"transfer" pool, the scale anchor, late events applied at the clock, initial boundaries).
 
 It deliberately shares no code with ``arenad.core.engine`` except ``initial_boundaries`` (the
 arenad-chosen boundaries before the first calibration), so it is an independent second opinion.
@@ -98,7 +102,7 @@ class ReferenceADR:
         # B_1..B_14 on the visible scale; B_0 = +inf and B_15 = -inf are implied (§6.3).
         self.boundaries: list[float] = list(initial_boundaries(self.params))
         self.calibrations = 0
-        self.clock = -math.inf  # time of the last applied event
+        self.clock = -math.inf  # latest time of a valid event or recalibration
         # §2.1: (attacker, victim) -> time of the last *counted* kill of that ordered pair.
         self.last_counted_kill: dict[tuple[str, str], float] = {}
         self.trace: EventTrace | None = None
@@ -132,6 +136,7 @@ class ReferenceADR:
             if t < self.clock - p.late_tolerance:
                 return OUT_OF_ORDER
             t = self.clock  # slightly late: applied at the engine clock
+        self.clock = t  # every valid event moves the clock, a filtered one too
         last_kill = self.last_counted_kill.get((attacker, victim))
         if last_kill is not None and t - last_kill < p.t_cooldown:
             return FILTERED  # §2.1 repeat kill inside the cooldown: nothing changes
@@ -143,7 +148,6 @@ class ReferenceADR:
         a = self.players[attacker]
         b = self.players[victim]
         self.last_counted_kill[(attacker, victim)] = t
-        self.clock = t
         day = p.day_seconds
 
         # Step 2: returning players (§8.2/§8.3): previous counted event more than T_return days ago.
@@ -324,16 +328,25 @@ class ReferenceADR:
 
     # ------------------------------------------------------------------ recalibration
     def recalibrate(self, t: float) -> None:
-        """Scale anchor, then §6.3 boundaries, at time ``t`` (never earlier than the clock)."""
+        """Scale anchor, then §6.3 boundaries, at time ``t`` (never earlier than the clock).
+
+        Only the anchor and the calibration happen here; nothing about activity or the cooldown
+        is forgotten, since both are recomputed from the full history at each event.
+        """
         p = self.params
         now = max(t, self.clock)
+        self.clock = now  # recalibrating at `now` means time has reached `now`
         if not self.players:
             return
         if p.anchor:
-            # Shift every rating so the active mean (fallback: all) is mu0; clamp onto the bounds.
+            # The scale anchor (arenad, docs/adr.md "The drifting scale"): shift every rating so
+            # the active mean (fallback: all) is mu0, clamping onto [mu_min, mu_max]. The tier
+            # boundaries move with the ratings ("shifts every rating and every boundary"), so the
+            # shift is a change of scale that changes no tier decision.
             shift = p.mu0 - self.active_mean(now)
             for pl in self.players.values():
                 pl.mu = clip(pl.mu + shift, p.mu_min, p.mu_max)
+            self.boundaries = [b + shift for b in self.boundaries]
         active = self.active_set(now)
         if len(active) < p.p_min:
             return  # §6.3: thresholds are not updated

@@ -251,6 +251,8 @@ class Engine:
             # for decay, activity or the cooldown (docs/adr.md "out-of-order timestamps").
             t = clock
             self.late_applied += 1
+        # Every valid event moves the clock, a filtered one too: its time is real.
+        self.clock = t
         ids = self.ids
         a = ids.get(attacker)
         b = ids.get(victim)
@@ -272,7 +274,6 @@ class Engine:
         cooldown[(a << _ID_BITS) | b] = t
         if len(cooldown) > self._cooldown_prune_at:
             self._prune_cooldown(t)
-        self.clock = t
         # Every parameter the update needs, derived once in __init__ (one unpack is much
         # cheaper than thirty attribute lookups on the hot path).
         (
@@ -577,10 +578,16 @@ class Engine:
     def feed(self, attacker: str, victim: str, t: float) -> Outcome:
         """``apply`` preceded by any recalibration that is due at ``t``: the replay contract.
 
-        Recalibration runs *before* the first event at or after each scheduled time, so any two
-        consumers of the same event stream (replay, the daemon) recalibrate at the same points.
+        Recalibration runs *before* the first valid event at or after each scheduled time, so any
+        two consumers of the same event stream (replay, the daemon) recalibrate at the same
+        points. A rejected event never triggers one.
         """
-        if t >= self.next_recalibration:
+        if (
+            t >= self.next_recalibration
+            and attacker != victim
+            and isfinite(t)
+            and t >= self.clock - self.params.late_tolerance
+        ):
             self.recalibrate(t)
         return self.apply(attacker, victim, t)
 
@@ -597,6 +604,10 @@ class Engine:
         """
         p = self.params
         now = self.clock if t is None else max(t, self.clock)
+        # Recalibrating at `now` means time has reached `now`: activity expires and the cooldown
+        # is pruned as of then, so the clock moves too (later late events are applied at it).
+        if math.isfinite(now):
+            self.clock = now
         self.next_recalibration = now + p.recalibrate_interval
         if not self.names:
             return

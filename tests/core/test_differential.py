@@ -3,8 +3,13 @@
 Random kill sequences (2-8 players; gaps from 0 s to > 60 days, exact cooldown / activity / return
 boundaries, slightly late and out-of-order events, self-kills, non-finite times, repeated pairs) are
 fed to both implementations. Before every event whose time has reached
-``engine.recalibration_due(t)``, both are recalibrated at ``t``. After every event the outcome and
+``engine.recalibration_due(t)``, both are recalibrated at ``t``; the dense-stream test also
+recalibrates both at extra times up to 90 s ahead of the stream, as ``Engine.feed`` does when the
+event that made a recalibration due is then filtered. After every step the outcome and
 every player's visible state (and the tier boundaries) must agree, to 1e-6 relative.
+
+The invariant tests check §7.1 boundedness and the ladder order after every event, and that an
+event with a non-finite time fed through ``Engine.feed`` changes nothing.
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from reference_adr import ReferenceADR
 
-from arenad.core.engine import Engine
+from arenad.core.engine import Engine, PlayerView, TierInfo
 from arenad.core.params import ADRParams
 
 DAY = 86400
@@ -31,6 +36,7 @@ SETTINGS = settings(
     max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    report_multiple_bugs=False,  # one shrunk counterexample per test keeps a failing run short
 )
 
 
@@ -39,6 +45,17 @@ class Kill:
     attacker: str
     victim: str
     t: float
+
+
+@dataclass(frozen=True)
+class Recalibrate:
+    """An explicit ``recalibrate(t)``, possibly ahead of the clock (as ``Engine.feed`` does when
+    the event that made it due is then filtered or rejected)."""
+
+    t: float
+
+
+Step = Kill | Recalibrate
 
 
 # Gaps in seconds between consecutive events: same time, around the 60 s cooldown, minutes, around
@@ -57,16 +74,23 @@ GAPS = st.one_of(
 )
 
 
+# A dense stream: seconds apart, so that rejected and filtered events, slightly late events, the
+# cooldown and (with short days, see ``small_threshold_params``) activity all meet recalibrations.
+DENSE_GAPS = st.integers(0, 90)
+
+KINDS = ["kill"] * 6 + ["repeat"] * 3 + ["self", "late", "old", "nan"]
+
+
 @st.composite
-def kill_sequences(draw: st.DrawFn, max_events: int = 60) -> list[Kill]:
+def kill_sequences(draw: st.DrawFn, gaps: st.SearchStrategy[int] = GAPS, max_events: int = 60) -> list[Kill]:
     """Kills among 2-8 players, with self-kills, repeated pairs, late and non-finite events."""
     players = NAMES[: draw(st.integers(2, 8))]
     count = draw(st.integers(1, max_events))
     now = 0
     out: list[Kill] = []
     for _ in range(count):
-        now += draw(GAPS)
-        kind = draw(st.sampled_from(["kill"] * 6 + ["repeat"] * 3 + ["self", "late", "old", "nan"]))
+        now += draw(gaps)
+        kind = draw(st.sampled_from(KINDS))
         attacker = draw(st.sampled_from(players))
         victim = draw(st.sampled_from([p for p in players if p != attacker]))
         t = float(now)
@@ -77,7 +101,7 @@ def kill_sequences(draw: st.DrawFn, max_events: int = 60) -> list[Kill]:
         elif kind == "late":
             t -= draw(st.integers(1, 5))  # within late_tolerance of the clock (if the clock is at now)
         elif kind == "old":
-            t -= draw(st.integers(6, 200))  # beyond late_tolerance
+            t -= draw(st.integers(6, 200))  # beyond late_tolerance (if the clock is at now)
         elif kind == "nan":
             t = draw(st.sampled_from([math.nan, math.inf, -math.inf]))
         out.append(Kill(attacker, victim, t))
@@ -85,9 +109,39 @@ def kill_sequences(draw: st.DrawFn, max_events: int = 60) -> list[Kill]:
 
 
 @st.composite
+def dense_steps(draw: st.DrawFn) -> list[Step]:
+    """A dense kill stream with extra recalibrations up to 90 s ahead of the latest event time."""
+    kills = draw(kill_sequences(gaps=DENSE_GAPS))
+    out: list[Step] = []
+    latest = 0.0
+    for kill in kills:
+        if draw(st.integers(0, 5)) == 0:
+            out.append(Recalibrate(latest + draw(st.integers(0, 90))))
+        out.append(kill)
+        if math.isfinite(kill.t):
+            latest = max(latest, kill.t)
+    return out
+
+
+@st.composite
 def small_threshold_params(draw: st.DrawFn, anchor: bool) -> ADRParams:
     """Parameters under which placement, calibration, tier moves, pools, caps and clips all happen
-    within a few dozen events."""
+    within a few dozen events.
+
+    delta_max and h_req are deliberately not round numbers: with delta_max = 5 and h_req = 5 a
+    capped update lands *exactly* on h_req, and whether 5.0 >= 5.0 survives depends on whether
+    the subtraction is done on the visible or the internal scale (a rounding tie, not a rule).
+
+    With the anchor, calibration is left out (p_min = 20 > 8 players): new players all start at
+    exactly mu0 and their first updates give bit-identical visible ratings in the reference, which
+    then become quantile boundaries; in the engine the same ratings differ in the last bit (each
+    is ``r + offset`` for an offset recomputed at every recalibration), so "mu == B_k" ties are
+    broken differently -- a rounding artefact, not a rule. Calibration is covered without the
+    anchor here and with it by the golden vectors (j2_calibration_with_anchor).
+
+    Short days (day_seconds = 100) bring the activity window, the return threshold and decay
+    within reach of a dense stream.
+    """
     mu_min, mu_max = draw(st.sampled_from([(0.0, 4000.0), (950.0, 1050.0)]))
     nu = draw(st.sampled_from([None, 3.0]))
     return ADRParams(
@@ -100,19 +154,20 @@ def small_threshold_params(draw: st.DrawFn, anchor: bool) -> ADRParams:
         return_events=draw(st.integers(0, 4)),
         nu_min=None if nu is None else -nu,
         nu_max=nu,
-        delta_max=draw(st.sampled_from([5.0, 20.0, 60.0])),
+        delta_max=draw(st.sampled_from([5.3, 20.7, 60.0])),
         n_min=draw(st.integers(0, 6)),
         sigma_place=draw(st.sampled_from([100.0, 180.0, 400.0])),
         t_active=draw(st.sampled_from([0.5, 1.0, 7.0])),
         n_active=draw(st.integers(1, 3)),
-        p_min=draw(st.integers(1, 6)),
-        h_req=draw(st.sampled_from([0.0, 5.0, 30.0, 400.0])),
+        p_min=20 if anchor else draw(st.integers(1, 6)),
+        h_req=draw(st.sampled_from([0.0, 7.3, 31.7, 400.0])),
         beta=draw(st.sampled_from([0.2, 1.0])),
         window_len=draw(st.integers(1, 4)),
         loser_rule=draw(st.sampled_from(["corrected", "printed"])),
         pool_release=draw(st.sampled_from(["transfer", "literal"])),
         anchor=anchor,
         recalibrate_interval=draw(st.sampled_from([60.0, 300.0, float(DAY)])),
+        day_seconds=draw(st.sampled_from([float(DAY), 100.0])),
     )
 
 
@@ -151,22 +206,31 @@ def differences(engine: Engine, ref: ReferenceADR) -> list[str]:
     return out
 
 
-def run_both(params: ADRParams, kills: list[Kill]) -> None:
-    """Replay ``kills`` through Engine and reference; fail at the first step where they differ."""
+def run_both(params: ADRParams, steps: list[Kill] | list[Step]) -> None:
+    """Replay ``steps`` through Engine and reference; fail at the first step where they differ.
+
+    Before each kill whose (finite) time has reached ``engine.recalibration_due(t)``, both are
+    recalibrated at that time; explicit ``Recalibrate`` steps recalibrate both as well.
+    """
     engine = Engine(params)
     ref = ReferenceADR(params)
-    for k, kill in enumerate(kills):
-        where = f"after event #{k} {kill}"
-        if math.isfinite(kill.t) and engine.recalibration_due(kill.t):
-            engine.recalibrate(kill.t)
-            ref.recalibrate(kill.t)
+    for k, step in enumerate(steps):
+        if isinstance(step, Recalibrate):
+            engine.recalibrate(step.t)
+            ref.recalibrate(step.t)
             diff = differences(engine, ref)
-            assert not diff, f"after recalibrate({kill.t}) before event #{k}:\n" + "\n".join(diff)
-        outcome = engine.apply(kill.attacker, kill.victim, kill.t).name.lower()
-        expected = ref.apply(kill.attacker, kill.victim, kill.t)
-        assert outcome == expected, f"{where}: outcome engine {outcome}, reference {expected}"
+            assert not diff, f"after step #{k} {step}:\n" + "\n".join(diff)
+            continue
+        if math.isfinite(step.t) and engine.recalibration_due(step.t):
+            engine.recalibrate(step.t)
+            ref.recalibrate(step.t)
+            diff = differences(engine, ref)
+            assert not diff, f"after recalibrate({step.t}) before step #{k}:\n" + "\n".join(diff)
+        outcome = engine.apply(step.attacker, step.victim, step.t).name.lower()
+        expected = ref.apply(step.attacker, step.victim, step.t)
+        assert outcome == expected, f"step #{k} {step}: outcome engine {outcome}, reference {expected}"
         diff = differences(engine, ref)
-        assert not diff, f"{where}:\n" + "\n".join(diff)
+        assert not diff, f"after step #{k} {step}:\n" + "\n".join(diff)
 
 
 class TestDifferentialDefaults:
@@ -191,6 +255,11 @@ class TestDifferentialSmallThresholds:
     @given(params=small_threshold_params(anchor=True), kills=kill_sequences())
     def test_same_visible_state_with_anchor(self, params: ADRParams, kills: list[Kill]) -> None:
         run_both(params, kills)
+
+    @SETTINGS
+    @given(params=small_threshold_params(anchor=False), steps=dense_steps())
+    def test_same_visible_state_in_a_dense_stream(self, params: ADRParams, steps: list[Step]) -> None:
+        run_both(params, steps)
 
 
 ANY_PARAMS = st.one_of(
@@ -250,6 +319,10 @@ class TestInvariants:
 
     @SETTINGS
     @given(params=ANY_PARAMS, kills=kill_sequences())
+    @example(  # a near-tie (4e-6 points) from ordinary play, found by Hypothesis
+        params=ADRParams(delta_max=5.3, t_cooldown=0.0),
+        kills=[Kill("p0", "p1", 0.0), Kill("p0", "p1", 0.0), Kill("p2", "p0", 1.0)],
+    )
     def test_ladder_order_is_rating_order(self, params: ADRParams, kills: list[Kill]) -> None:
         assert for_every_event(params, kills, check_ladder) >= len(kills)
 
@@ -268,3 +341,33 @@ class TestInvariants:
         ratings = sorted((pl.mu for pl in ref.players.values()), reverse=True)
         assert len(ladder) == len(ratings)
         assert all(_close(a, b) for a, b in zip(ladder, ratings, strict=True)), (ladder, ratings)
+
+
+def feed_all(params: ADRParams, kills: list[Kill]) -> tuple[list[str], list[PlayerView], TierInfo, float]:
+    """Feed ``kills`` through ``Engine.feed``; outcomes, final views, tier info, next schedule."""
+    engine = Engine(params)
+    outcomes = [engine.feed(k.attacker, k.victim, k.t).name.lower() for k in kills]
+    views = [engine.view(i) for i in range(len(engine))]
+    return outcomes, views, engine.tier_info(), engine.next_recalibration
+
+
+class TestFeed:
+    """Through Engine.feed (recalibrate when due, then apply) an event with a non-finite time is
+    rejected and changes nothing: the rest of the stream ends in exactly the same state."""
+
+    @SETTINGS
+    @given(
+        params=ANY_PARAMS,
+        kills=kill_sequences(),
+        bad=st.sampled_from([math.nan, math.inf, -math.inf]),
+        data=st.data(),
+    )
+    def test_non_finite_time_changes_nothing(
+        self, params: ADRParams, kills: list[Kill], bad: float, data: st.DataObject
+    ) -> None:
+        at = data.draw(st.integers(0, len(kills)), label="insert at")
+        with_bad = [*kills[:at], Kill("p0", "p1", bad), *kills[at:]]
+        outcomes, views, info, schedule = feed_all(params, with_bad)
+        assert outcomes[at] == "non_finite_time"
+        del outcomes[at]
+        assert (outcomes, views, info, schedule) == feed_all(params, kills)

@@ -232,6 +232,13 @@ class TestTiers:
         assert_replays("j2_calibration_with_anchor")
 
 
+class TestRecalibration:
+    """A recalibration at a time after the clock forgets nothing an earlier event still needs."""
+
+    def test_engine_matches_cooldown_after_recalibration(self) -> None:
+        assert_replays("k_recalibration_keeps_history")
+
+
 class TestVectorsFile:
     """vectors.json is complete and exactly what tests/golden/generate.py writes today."""
 

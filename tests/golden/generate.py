@@ -172,9 +172,9 @@ def scenarios() -> list[Scenario]:
         (
             "i_anchor_then_placement",
             "the scale anchor at a recalibration (no calibration: p_min = 20) shifts every "
-            "rating so the active mean is mu0 (c_loss = 0.5 lets the mean drift up first); the "
-            "boundaries do not move, so dave and erin are placed against the unchanged initial "
-            "boundaries (3H and 3L)",
+            "rating and every boundary so that the active mean is mu0 (c_loss = 0.5 lets the "
+            "mean drift up first); players placed afterwards get the tiers they would have had "
+            "without the shift (dave 3H, erin 3L)",
             {"n_min": 2, "sigma_place": 400.0, "n_active": 1, "h_req": 5.0, "c_loss": 0.5},
             [
                 ("alice", "bob", 0.0),
@@ -204,8 +204,9 @@ def scenarios() -> list[Scenario]:
         ),
         (
             "j2_calibration_with_anchor",
-            "§6.3 calibration with the anchor: shift, then quantiles of the shifted active "
-            "ratings; the second calibration smooths from the previous (unshifted) boundaries",
+            "§6.3 calibration with the anchor: shift ratings and boundaries, then quantiles of "
+            "the shifted active ratings; the second calibration smooths from the shifted "
+            "previous boundaries",
             {"p_min": 3, "n_active": 1, "n_min": 2, "sigma_place": 400.0},
             [
                 ("alice", "bob", 0.0),
@@ -216,6 +217,20 @@ def scenarios() -> list[Scenario]:
                 ("alice", "carol", 520.0),
                 600.0,
                 ("bob", "alice", 700.0),
+            ],
+        ),
+        (
+            "k_recalibration_keeps_history",
+            "a recalibration at t = 300 (as Engine.feed runs it before the repeat kill at 300, "
+            "which is then filtered) does not move time forward: carol's kill of dave at 294 is "
+            "59 s after the counted one at 235 and is filtered (§2.1)",
+            {},
+            [
+                ("carol", "dave", 235.0),
+                ("alice", "bob", 290.0),
+                300.0,
+                ("alice", "bob", 300.0),
+                ("carol", "dave", 294.0),
             ],
         ),
     ]
