@@ -2,7 +2,8 @@
 
 Unknown sections and keys are errors. Every problem is reported at once as key, value and message
 (``arenad check-config FILE`` prints them); nothing starts with a half-valid configuration.
-The daemon's own sections are added by the daemon; today the file holds ``[adr]``.
+Sections: ``[adr]`` (the rating core) and the daemon's ``[daemon] [udp] [mqtt] [query]
+[metrics] [log]`` (``arenad.daemon.config``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,26 @@ from pathlib import Path
 from typing import Any
 
 from arenad.core.params import ADRParams
+from arenad.daemon.config import (
+    DaemonSettings,
+    LogSettings,
+    MetricsSettings,
+    MqttSettings,
+    QuerySettings,
+    UdpSettings,
+    section_from_mapping,
+)
 from arenad.errors import ConfigError, ConfigProblem
 
-SECTIONS = ("adr",)
+_DAEMON_SECTIONS: dict[str, type[Any]] = {
+    "daemon": DaemonSettings,
+    "udp": UdpSettings,
+    "mqtt": MqttSettings,
+    "query": QuerySettings,
+    "metrics": MetricsSettings,
+    "log": LogSettings,
+}
+SECTIONS = ("adr", *_DAEMON_SECTIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +42,12 @@ class Settings:
     """Everything arenad can be configured with."""
 
     adr: ADRParams = field(default_factory=ADRParams)
+    daemon: DaemonSettings = field(default_factory=DaemonSettings)
+    udp: UdpSettings = field(default_factory=UdpSettings)
+    mqtt: MqttSettings = field(default_factory=MqttSettings)
+    query: QuerySettings = field(default_factory=QuerySettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    log: LogSettings = field(default_factory=LogSettings)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "") -> Settings:
@@ -40,9 +64,16 @@ class Settings:
                 adr = ADRParams.from_mapping(adr_table)
             except ConfigError as e:
                 problems.extend(e.problems)
+        sections: dict[str, Any] = {}
+        for name, section_cls in _DAEMON_SECTIONS.items():
+            table = data.get(name, {})
+            if not isinstance(table, Mapping):
+                problems.append(ConfigProblem(name, table, "must be a table"))
+                continue
+            sections[name] = section_from_mapping(section_cls, name, table, problems)
         if problems:
             raise ConfigError(problems, source)
-        return cls(adr=adr)
+        return cls(adr=adr, **sections)
 
 
 def load_settings(path: Path | str | None) -> Settings:

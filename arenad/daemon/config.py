@@ -1,0 +1,295 @@
+"""Typed settings of the daemon's sections: ``[daemon] [udp] [mqtt] [query] [metrics] [log]``.
+
+Each section is a frozen dataclass whose ``problems()`` names every bad key with its value.
+Secrets never live in the config file: MQTT passwords come from an environment variable or a
+file path named here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+from arenad.errors import ConfigProblem
+
+
+def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int]:
+    """``"127.0.0.1:27500"``, ``"[::1]:27500"`` or ``"localhost:1"`` -> (host, port)."""
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep:
+            raise ValueError(f"unclosed '[' in {text!r}")
+        port_text = rest.removeprefix(":")
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            host, port_text = text, ""
+    if not port_text:
+        if default_port is None:
+            raise ValueError(f"no port in {text!r}")
+        return host, default_port
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"bad port {port_text!r} in {text!r}")
+    if not host:
+        raise ValueError(f"no host in {text!r}")
+    return host, int(port_text)
+
+
+def _off(text: str) -> bool:
+    return text.strip().lower() in ("", "off", "none", "false", "no", "0")
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSettings:
+    """``[daemon]``: state, queue, durability and the time rules of validation."""
+
+    state_dir: str = "var/arenad"
+    queue_size: int = 1024  # batches waiting for the engine task
+    checkpoint_interval: float = 60.0  # seconds between checkpoints (and at shutdown)
+    checkpoints_kept: int = 2  # the newest and a fallback
+    max_clock_skew: float = 300.0  # an event further in the future than this is future_time
+    max_event_age: float = 7 * 86400.0  # an event older than this (wall clock) is too_old
+    dedupe_window: float = 86400.0  # seconds an event id is remembered (duplicate_id)
+    dedupe_max_ids: int = 1_000_000  # and at most this many ids
+
+    def problems(self) -> list[ConfigProblem]:
+        out: list[ConfigProblem] = []
+        _need_str(out, "daemon", self, "state_dir", allow_empty=False)
+        _need_num(out, "daemon", self, "queue_size", lo=1, integer=True)
+        _need_num(out, "daemon", self, "checkpoint_interval", lo=0.1)
+        _need_num(out, "daemon", self, "checkpoints_kept", lo=1, integer=True)
+        _need_num(out, "daemon", self, "max_clock_skew", lo=0)
+        _need_num(out, "daemon", self, "max_event_age", lo=1)
+        _need_num(out, "daemon", self, "dedupe_window", lo=0)
+        _need_num(out, "daemon", self, "dedupe_max_ids", lo=0, integer=True)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class UdpSettings:
+    """``[udp]``: msgpack datagrams (one event or an array of events each)."""
+
+    listen: str = "127.0.0.1:27500"  # "off" disables the source
+    max_datagram: int = 65507
+    allow: tuple[str, ...] = ("127.0.0.0/8", "::1/128")  # source networks accepted
+    receive_buffer: int = 4 * 1024 * 1024  # SO_RCVBUF bytes, to ride out bursts
+
+    @property
+    def enabled(self) -> bool:
+        return not _off(self.listen)
+
+    def problems(self) -> list[ConfigProblem]:
+        out: list[ConfigProblem] = []
+        if _need_str(out, "udp", self, "listen") and self.enabled:
+            _need_hostport(out, "udp.listen", self.listen)
+        _need_num(out, "udp", self, "max_datagram", lo=16, hi=65535, integer=True)
+        _need_num(out, "udp", self, "receive_buffer", lo=0, integer=True)
+        _need_networks(out, "udp.allow", self.allow)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class MqttSettings:
+    """``[mqtt]``: QoS 1 subscription with a persistent session (off by default)."""
+
+    url: str = "off"  # e.g. "mqtt://127.0.0.1:1883" or "mqtts://broker:8883"; "off" disables
+    topics: tuple[str, ...] = ("arena/+/kills",)  # the "+" segment is the server id
+    client_id: str = "arenad"  # stable, so the broker keeps our session across restarts
+    qos: int = 1
+    payload: str = "auto"  # "auto" | "json" | "msgpack"
+    keepalive: int = 30
+    session_expiry: int = 7 * 86400  # MQTT 5: seconds the broker keeps the session offline
+    username: str = ""
+    password_env: str = ""  # name of an environment variable holding the password
+    password_file: str = ""  # or a file whose first line is the password
+    tls_ca: str = ""  # CA bundle path (mqtts:// uses the system store when empty)
+    tls_cert: str = ""  # client certificate (mutual TLS)
+    tls_key: str = ""
+    tls_insecure: bool = False  # skip hostname verification (test brokers only)
+    reconnect_min: float = 0.5  # seconds, first backoff
+    reconnect_max: float = 30.0  # seconds, backoff ceiling (full jitter in between)
+    max_payload: int = 1 << 20
+
+    @property
+    def enabled(self) -> bool:
+        return not _off(self.url)
+
+    def problems(self) -> list[ConfigProblem]:
+        out: list[ConfigProblem] = []
+        if _need_str(out, "mqtt", self, "url") and self.enabled:
+            parts = urlsplit(self.url)
+            if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
+                out.append(ConfigProblem("mqtt.url", self.url, "scheme must be mqtt:// or mqtts://"))
+            elif not parts.hostname:
+                out.append(ConfigProblem("mqtt.url", self.url, "no host"))
+        if not isinstance(self.topics, tuple) or not self.topics:
+            out.append(ConfigProblem("mqtt.topics", self.topics, "must be a non-empty list of topic filters"))
+        else:
+            for t in self.topics:
+                if not isinstance(t, str) or not t or "#" in t[:-1]:
+                    out.append(ConfigProblem("mqtt.topics", t, "not a valid MQTT topic filter"))
+        _need_str(out, "mqtt", self, "client_id", allow_empty=False)
+        if self.qos not in (0, 1) or isinstance(self.qos, bool):
+            out.append(ConfigProblem("mqtt.qos", self.qos, "must be 1 (or 0: no delivery guarantee)"))
+        if self.payload not in ("auto", "json", "msgpack"):
+            out.append(ConfigProblem("mqtt.payload", self.payload, 'must be "auto", "json" or "msgpack"'))
+        _need_num(out, "mqtt", self, "keepalive", lo=1, hi=65535, integer=True)
+        _need_num(out, "mqtt", self, "session_expiry", lo=0, integer=True)
+        for key in ("username", "password_env", "password_file", "tls_ca", "tls_cert", "tls_key"):
+            _need_str(out, "mqtt", self, key)
+        if not isinstance(self.tls_insecure, bool):
+            out.append(ConfigProblem("mqtt.tls_insecure", self.tls_insecure, "must be true or false"))
+        _need_num(out, "mqtt", self, "reconnect_min", lo=0.01)
+        _need_num(out, "mqtt", self, "reconnect_max", lo=0.01)
+        if not out and self.reconnect_max < self.reconnect_min:
+            out.append(ConfigProblem("mqtt.reconnect_max", self.reconnect_max, "must be >= reconnect_min"))
+        _need_num(out, "mqtt", self, "max_payload", lo=64, integer=True)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class QuerySettings:
+    """``[query]``: newline-delimited JSON lookups over TCP and optionally a Unix socket."""
+
+    listen: str = "127.0.0.1:27510"  # "off" disables TCP
+    unix: str = ""  # path of a Unix socket; empty = none
+    max_line: int = 4096
+    max_connections: int = 256
+    idle_timeout: float = 300.0
+    max_top: int = 1000  # largest n for top / around
+    display_k: float = 3.0  # conservative display rating = mu - display_k * sigma
+
+    def problems(self) -> list[ConfigProblem]:
+        out: list[ConfigProblem] = []
+        if _need_str(out, "query", self, "listen") and not _off(self.listen):
+            _need_hostport(out, "query.listen", self.listen)
+        _need_str(out, "query", self, "unix")
+        _need_num(out, "query", self, "max_line", lo=64, integer=True)
+        _need_num(out, "query", self, "max_connections", lo=1, integer=True)
+        _need_num(out, "query", self, "idle_timeout", lo=0.1)
+        _need_num(out, "query", self, "max_top", lo=1, integer=True)
+        _need_num(out, "query", self, "display_k", lo=0)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """``[metrics]``: Prometheus ``/metrics`` and ``/healthz``."""
+
+    listen: str = "127.0.0.1:9108"  # "off" disables
+
+    def problems(self) -> list[ConfigProblem]:
+        out: list[ConfigProblem] = []
+        if _need_str(out, "metrics", self, "listen") and not _off(self.listen):
+            _need_hostport(out, "metrics.listen", self.listen)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    """``[log]``: structlog output."""
+
+    format: str = "auto"  # "auto" (JSON under systemd or without a TTY), "json", "console"
+    level: str = "info"
+    reject_warning_interval: float = 10.0  # at most one reject warning per reason this often
+
+    def problems(self) -> list[ConfigProblem]:
+        out: list[ConfigProblem] = []
+        if self.format not in ("auto", "json", "console"):
+            out.append(ConfigProblem("log.format", self.format, 'must be "auto", "json" or "console"'))
+        if not isinstance(self.level, str) or self.level.lower() not in ("debug", "info", "warning", "error"):
+            out.append(ConfigProblem("log.level", self.level, "must be debug, info, warning or error"))
+        _need_num(out, "log", self, "reject_warning_interval", lo=0)
+        return out
+
+
+SectionType = DaemonSettings | UdpSettings | MqttSettings | QuerySettings | MetricsSettings | LogSettings
+
+
+def section_from_mapping(
+    cls: type[SectionType], name: str, data: Mapping[str, Any], problems: list[ConfigProblem]
+) -> Any:
+    """Build one section from its TOML table, appending every problem found."""
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, raw in data.items():
+        f = known.get(key)
+        if f is None:
+            problems.append(ConfigProblem(f"{name}.{key}", raw, "unknown key"))
+            continue
+        value = tuple(raw) if isinstance(raw, list) else raw
+        if f.type == "float" and isinstance(raw, int) and not isinstance(raw, bool):
+            try:
+                value = float(raw)
+            except OverflowError:
+                problems.append(ConfigProblem(f"{name}.{key}", raw, "must be finite"))
+                continue
+        kwargs[key] = value
+    try:
+        section = cls(**kwargs)
+    except TypeError as e:  # pragma: no cover - every key was checked above
+        problems.append(ConfigProblem(name, data, str(e)))
+        return cls()
+    problems.extend(section.problems())
+    return section
+
+
+# ---------------------------------------------------------------------------- helpers
+def _need_str(out: list[ConfigProblem], sec: str, obj: object, key: str, *, allow_empty: bool = True) -> bool:
+    v = getattr(obj, key)
+    if not isinstance(v, str):
+        out.append(ConfigProblem(f"{sec}.{key}", v, "must be a string"))
+        return False
+    if not allow_empty and not v.strip():
+        out.append(ConfigProblem(f"{sec}.{key}", v, "must not be empty"))
+        return False
+    return True
+
+
+def _need_num(
+    out: list[ConfigProblem],
+    sec: str,
+    obj: object,
+    key: str,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    integer: bool = False,
+) -> None:
+    v = getattr(obj, key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+        out.append(ConfigProblem(f"{sec}.{key}", v, "must be an integer" if integer else "must be a number"))
+        return
+    try:
+        finite = math.isfinite(v)
+    except OverflowError:
+        finite = False
+    if not finite:
+        out.append(ConfigProblem(f"{sec}.{key}", v, "must be finite"))
+    elif lo is not None and v < lo:
+        out.append(ConfigProblem(f"{sec}.{key}", v, f"must be >= {lo}"))
+    elif hi is not None and v > hi:
+        out.append(ConfigProblem(f"{sec}.{key}", v, f"must be <= {hi}"))
+
+
+def _need_hostport(out: list[ConfigProblem], key: str, value: str) -> None:
+    try:
+        parse_hostport(value)
+    except ValueError as e:
+        out.append(ConfigProblem(key, value, f'must be "HOST:PORT" or "off" ({e})'))
+
+
+def _need_networks(out: list[ConfigProblem], key: str, value: object) -> None:
+    if not isinstance(value, tuple):
+        out.append(ConfigProblem(key, value, 'must be a list of networks such as "127.0.0.0/8"'))
+        return
+    for net in value:
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except (ValueError, TypeError):
+            out.append(ConfigProblem(key, net, 'not an IP network (e.g. "10.0.0.0/8")'))

@@ -1,0 +1,54 @@
+"""Values shared by the daemon's parts: what sources hand the engine task, what metrics read.
+
+Sources never touch rating state. They put ``Batch`` objects on one bounded ``asyncio.Queue``;
+the engine task validates, journals, applies, and then calls ``Batch.done`` — only then may a
+source acknowledge what it received (MQTT PUBACK). ``MetricsSnapshot`` is what the metrics
+collector reads at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from arenad.core.events import KillEvent, Reject
+
+
+@dataclass(slots=True)
+class Batch:
+    """Decoded items from one source read (a datagram, an MQTT message, some log lines).
+
+    ``server`` is the server id for events that carry none (MQTT takes it from the topic).
+    ``done`` is called exactly once by the engine task when every accepted event of the batch
+    is durably journaled (or the batch held nothing to journal); a source that needs to
+    acknowledge upstream does it there. It runs on the event loop and must not block.
+    """
+
+    source: str
+    items: list[KillEvent | Reject]
+    server: str | None = None
+    done: Callable[[], None] | None = None
+
+
+@dataclass(slots=True)
+class MetricsSnapshot:
+    """Everything the Prometheus collector exports, read at scrape time (no per-event work)."""
+
+    received: Counter[str] = field(default_factory=Counter)  # by source
+    applied: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)  # by reason
+    filtered: Counter[str] = field(default_factory=Counter)  # by reason ("cooldown")
+    dropped: Counter[str] = field(default_factory=Counter)  # by source (UDP under overload)
+    queue_depth: int = 0
+    queue_capacity: int = 0
+    players_tracked: int = 0
+    players_active: int = 0
+    players_by_tier: dict[str, int] = field(default_factory=dict)  # "1H".."5L" and "unplaced"
+    checkpoint_last_success: float = 0.0  # unix time, 0 = never
+    checkpoint_failures: int = 0
+    journal_bytes: int = 0
+    recovery_truncations: int = 0  # torn journal tails cut at start-up
+    checkpoint_fallbacks: int = 0  # corrupt newest checkpoint, older one used
+    mqtt_connected: bool = False
+    ready: bool = False  # state loaded: /healthz answers 200
