@@ -10,9 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from arenad import __version__
-from arenad.errors import ArenadError, ConfigError
+from arenad.daemon.emit import emit_mqtt, emit_udp, simulated_kills
+from arenad.daemon.query_client import add_query_parser, run_query
+from arenad.errors import ArenadError, ConfigError, ConfigProblem
 from arenad.replay import FORMATS, replay_files, write_state
-from arenad.settings import load_settings
+from arenad.settings import Settings, load_settings
 from arenad.simulate import Population, event_stream, format_table, simulate_returning, simulate_tiers
 
 MODELS = ("adr",)
@@ -44,6 +46,31 @@ def _parser() -> argparse.ArgumentParser:
     gp.add_argument("--seed", type=int, default=1)
     gp.add_argument("--out", type=Path, required=True)
 
+    run = sub.add_parser("run", help="run the daemon (live feeds in; ratings, lookups and metrics out)")
+    run.add_argument("--config", type=Path, help="TOML settings file (default: built-in defaults)")
+    run.add_argument("--state-dir", help="state directory (journal and checkpoints)")
+    run.add_argument("--udp", metavar="ADDR", help='UDP listen address, or "off"')
+    run.add_argument("--mqtt", metavar="URL", help='MQTT broker URL (mqtt://host:port), or "off"')
+    run.add_argument("--query", metavar="ADDR", help='query TCP listen address, or "off"')
+    run.add_argument("--query-unix", metavar="PATH", help="also serve queries on this Unix socket")
+    run.add_argument("--metrics", metavar="ADDR", help='Prometheus listen address, or "off"')
+    run.add_argument("--log-format", choices=("auto", "json", "console"))
+    run.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+
+    em = sub.add_parser("emit", help="send simulated kills to a running arenad (UDP or MQTT)")
+    target = em.add_mutually_exclusive_group()
+    target.add_argument("--udp", metavar="ADDR", default="127.0.0.1:27500", help="UDP target (default)")
+    target.add_argument("--mqtt", metavar="URL", help="MQTT broker URL; publishes with QoS 1")
+    em.add_argument("--topic", default="arena/sim-1/kills", help="MQTT topic (the + segment is the server)")
+    em.add_argument("--players", type=int, default=20)
+    em.add_argument("--events", type=int, default=1000)
+    em.add_argument("--batch", type=int, default=50, help="events per datagram / message")
+    em.add_argument("--rate", type=float, default=0.0, help="events per second (0: as fast as possible)")
+    em.add_argument("--seed", type=int, default=1)
+    em.add_argument("--server", default="sim-1")
+
+    add_query_parser(sub)
+
     cp = sub.add_parser("check-config", help="validate a settings file; list every problem")
     cp.add_argument("file", type=Path)
 
@@ -58,6 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(args)
         if args.command == "simulate":
             return _simulate(args)
+        if args.command == "run":
+            return _run(args)
+        if args.command == "emit":
+            return _emit(args)
+        if args.command == "query":
+            return run_query(args)
         if args.command == "generate":
             return _generate(args)
         if args.command == "check-config":
@@ -87,6 +120,54 @@ def _replay(args: argparse.Namespace) -> int:
         write_state(engine, out)
     tmp.replace(args.out)
     print(json.dumps(summary.as_dict()))
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from arenad.daemon.logs import configure_logging  # noqa: PLC0415 - daemon-only imports
+    from arenad.daemon.service import run_daemon  # noqa: PLC0415
+
+    settings = apply_run_flags(load_settings(args.config), args)
+    configure_logging(settings.log.format, settings.log.level)
+    return run_daemon(settings)
+
+
+def apply_run_flags(settings: Settings, args: argparse.Namespace) -> Settings:
+    """Command-line overrides of the usual keys, validated like the file."""
+    s = settings
+    if args.state_dir is not None:
+        s = replace(s, daemon=replace(s.daemon, state_dir=args.state_dir))
+    if args.udp is not None:
+        s = replace(s, udp=replace(s.udp, listen=args.udp))
+    if args.mqtt is not None:
+        s = replace(s, mqtt=replace(s.mqtt, url=args.mqtt))
+    if args.query is not None:
+        s = replace(s, query=replace(s.query, listen=args.query))
+    if args.query_unix is not None:
+        s = replace(s, query=replace(s.query, unix=args.query_unix))
+    if args.metrics is not None:
+        s = replace(s, metrics=replace(s.metrics, listen=args.metrics))
+    if args.log_format is not None:
+        s = replace(s, log=replace(s.log, format=args.log_format))
+    if args.log_level is not None:
+        s = replace(s, log=replace(s.log, level=args.log_level))
+    problems: list[ConfigProblem] = []
+    for section in (s.daemon, s.udp, s.mqtt, s.query, s.metrics, s.log):
+        problems.extend(section.problems())
+    if problems:
+        raise ConfigError(problems, "command line")
+    return s
+
+
+def _emit(args: argparse.Namespace) -> int:
+    events = simulated_kills(args.players, args.events, seed=args.seed, server=args.server, rate=0.0)
+    if args.mqtt:
+        sent = emit_mqtt(args.mqtt, args.topic, events, batch=args.batch, rate=args.rate)
+        where = f"{args.mqtt} {args.topic}"
+    else:
+        sent = emit_udp(args.udp, events, batch=args.batch, rate=args.rate)
+        where = f"udp {args.udp}"
+    print(json.dumps({"sent": sent, "to": where}))
     return 0
 
 

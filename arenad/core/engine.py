@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from math import atan, exp, fsum, isfinite, sqrt
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -753,6 +755,146 @@ class Engine:
         r = self._r
         return all(r[ids[j]] >= r[ids[j + 1]] for j in range(len(ids) - 1))
 
+    # ------------------------------------------------------------------ state export / import
+    #: Bumped whenever the exported layout changes; import refuses other versions.
+    STATE_VERSION = 1
+
+    def export_state(self) -> dict[str, Any]:
+        """Everything needed to continue exactly where this engine is, as plain values.
+
+        Columns go out as raw bytes (machine byte order, recorded), so an export of a million
+        players is a handful of memory copies. Restoring gives an engine whose future updates
+        are bit-identical to this one's: running sums and the expiry heap are kept verbatim.
+        """
+        cooldown = self._cooldown
+        return {
+            "version": self.STATE_VERSION,
+            "byteorder": sys.byteorder,
+            "params": self.params.to_mapping(),
+            "names": list(self.names),
+            "columns": {name: getattr(self, attr).tobytes() for name, attr in _COLUMNS.items()},
+            "tier": bytes(self._tier),
+            "active": bytes(self._active),
+            "expiry_t": array("d", [h for h, _ in self._expiry]).tobytes(),
+            "expiry_i": array("q", [i for _, i in self._expiry]).tobytes(),
+            "cooldown_k": array("q", cooldown.keys()).tobytes(),
+            "cooldown_t": array("d", cooldown.values()).tobytes(),
+            "bounds": self._bounds[1:TIER_COUNT],
+            "scalars": {
+                "offset": self.offset,
+                "r_lo": self._r_lo,
+                "r_hi": self._r_hi,
+                "clock": self.clock,
+                "next_recalibration": self.next_recalibration,
+                "calibrations": self.calibrations,
+                "sum_r_all": self._sum_r_all,
+                "sum_r_active": self._sum_r_active,
+                "n_active": self._n_active,
+                "sum_sigma": self._sum_sigma,
+                "cooldown_prune_at": self._cooldown_prune_at,
+                "applied": self.applied,
+                "filtered": self.filtered,
+                "late_applied": self.late_applied,
+                "tier_changes": self.tier_changes,
+                "last_delta_attacker": self.last_delta_attacker,
+                "last_delta_victim": self.last_delta_victim,
+            },
+            "rejected": dict(self.rejected),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], params: ADRParams | None = None) -> Engine:
+        """Rebuild an engine from ``export_state``; ``params`` may change the non-structural ones.
+
+        Raises ``ValueError`` when the state is from another layout version, another byte order,
+        or when ``window_len`` / ``n_active`` differ (they shape the per-player rings).
+        """
+        if state.get("version") != cls.STATE_VERSION:
+            raise ValueError(f"state version {state.get('version')!r}, expected {cls.STATE_VERSION}")
+        if state.get("byteorder") != sys.byteorder:
+            raise ValueError(f"state written on a {state.get('byteorder')}-endian machine")
+        saved = ADRParams.from_mapping(state["params"])
+        p = params if params is not None else saved
+        for key in ("window_len", "n_active"):
+            if getattr(p, key) != getattr(saved, key):
+                raise ValueError(
+                    f"adr.{key} changed from {getattr(saved, key)} to {getattr(p, key)}: the saved "
+                    "per-player rings have the old length; replay the event history instead"
+                )
+        eng = cls(p)
+        names: list[str] = state["names"]
+        eng.names = list(names)
+        eng.ids = {name: i for i, name in enumerate(names)}
+        for name, attr in _COLUMNS.items():
+            col = getattr(eng, attr)
+            col.frombytes(state["columns"][name])
+        eng._tier = bytearray(state["tier"])
+        eng._active = bytearray(state["active"])
+        size = len(names)
+        lengths = {attr: len(getattr(eng, attr)) for attr in _COLUMNS.values()}
+        lengths["_wring"] //= p.window_len
+        lengths["_aring"] //= p.n_active
+        lengths["_tier"] = len(eng._tier)
+        lengths["_active"] = len(eng._active)
+        if any(n != size for n in lengths.values()):
+            raise ValueError(f"state columns disagree with {size} players: {lengths}")
+        expiry_t = array("d")
+        expiry_t.frombytes(state["expiry_t"])
+        expiry_i = array("q")
+        expiry_i.frombytes(state["expiry_i"])
+        eng._expiry = list(zip(expiry_t, expiry_i, strict=True))
+        keys = array("q")
+        keys.frombytes(state["cooldown_k"])
+        times = array("d")
+        times.frombytes(state["cooldown_t"])
+        eng._cooldown = dict(zip(keys, times, strict=True))
+        bounds = [float(b) for b in state["bounds"]]
+        eng._bounds = [_INF, *bounds, -_INF]
+        eng._neg_bounds = [-b for b in bounds]
+        sc = state["scalars"]
+        eng.offset = sc["offset"]
+        eng._r_lo = sc["r_lo"]
+        eng._r_hi = sc["r_hi"]
+        eng.clock = sc["clock"]
+        eng.next_recalibration = sc["next_recalibration"]
+        eng.calibrations = sc["calibrations"]
+        eng._sum_r_all = sc["sum_r_all"]
+        eng._sum_r_active = sc["sum_r_active"]
+        eng._n_active = sc["n_active"]
+        eng._sum_sigma = sc["sum_sigma"]
+        eng._cooldown_prune_at = sc["cooldown_prune_at"]
+        eng.applied = sc["applied"]
+        eng.filtered = sc["filtered"]
+        eng.late_applied = sc["late_applied"]
+        eng.tier_changes = sc["tier_changes"]
+        eng.last_delta_attacker = sc["last_delta_attacker"]
+        eng.last_delta_victim = sc["last_delta_victim"]
+        eng.rejected = dict(state["rejected"])
+        counts = [0] * (TIER_COUNT + 1)
+        for k in eng._tier:
+            counts[k] += 1
+        counts[0] = 0
+        eng._tier_counts = counts
+        r = eng._r
+        eng._ladder = Ladder((-r[i], i) for i in range(size))
+        return eng
+
+
+#: Exported per-player columns: state-file name -> Engine attribute.
+_COLUMNS: dict[str, str] = {
+    "r": "_r",
+    "sigma": "_sigma",
+    "streak": "_streak",
+    "phi": "_phi",
+    "pool": "_pool",
+    "n": "_n",
+    "last": "_last",
+    "wsum": "_wsum",
+    "ret": "_ret",
+    "h": "_h",
+    "wring": "_wring",
+    "aring": "_aring",
+}
 
 _ZERO_CACHE: dict[int, array[float]] = {}
 

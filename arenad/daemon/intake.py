@@ -1,0 +1,70 @@
+"""Validation of decoded events against the wall clock and delivery history (pure: ``now`` is
+passed in). The decoders already refused what is malformed; this adds the rules that need time
+or memory: ``future_time``, ``too_old`` and ``duplicate_id``.
+
+What passes is journaled and handed to the rating core, which applies its own rules (§2.1
+cooldown, self-kill, out-of-order beyond the late tolerance) deterministically, so replaying
+the journal reproduces the daemon's state exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from arenad.core.events import KillEvent, Reject, RejectReason
+from arenad.daemon.config import DaemonSettings
+
+
+class Intake:
+    """Wall-clock and duplicate checks; remembers (server, id) pairs for ``dedupe_window``."""
+
+    def __init__(self, settings: DaemonSettings) -> None:
+        self.settings = settings
+        # Insertion order is arrival order, so the oldest entries are at the front.
+        self._seen: dict[tuple[str, str], float] = {}
+
+    def check(self, ev: KillEvent, default_server: str | None, now: float) -> KillEvent | Reject:
+        """Accept (returning the event with its server filled in) or refuse with a reason."""
+        s = self.settings
+        if ev.t > now + s.max_clock_skew:
+            return Reject(RejectReason.FUTURE_TIME, f"t is {ev.t - now:.0f} s ahead of this host's clock")
+        if ev.t < now - s.max_event_age:
+            return Reject(RejectReason.TOO_OLD, f"t is {now - ev.t:.0f} s in the past")
+        server = ev.server if ev.server is not None else default_server
+        if ev.id is not None:
+            key = (server or "", ev.id)
+            if key in self._seen:
+                return Reject(
+                    RejectReason.DUPLICATE_ID, f"id {ev.id!r} of server {server!r} was applied already"
+                )
+            self._seen[key] = now
+            if len(self._seen) > s.dedupe_max_ids:
+                self.prune(now)
+        if server != ev.server:
+            ev = replace(ev, server=server)
+        return ev
+
+    def remember(self, server: str | None, event_id: str | None, now: float) -> None:
+        """Register an id seen in the journal (recovery replays ids through this)."""
+        if event_id is not None:
+            self._seen[(server or "", event_id)] = now
+
+    def prune(self, now: float) -> None:
+        """Forget ids older than the window, and the oldest beyond the size cap."""
+        horizon = now - self.settings.dedupe_window
+        seen = self._seen
+        while seen:
+            key = next(iter(seen))
+            if seen[key] > horizon and len(seen) <= self.settings.dedupe_max_ids:
+                break
+            del seen[key]
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def export_state(self) -> list[list[Any]]:
+        return [[server, event_id, t] for (server, event_id), t in self._seen.items()]
+
+    def import_state(self, rows: list[list[Any]]) -> None:
+        self._seen = {(str(server), str(event_id)): float(t) for server, event_id, t in rows}

@@ -1,0 +1,294 @@
+"""Prometheus metrics and the ``/metrics`` + ``/healthz`` HTTP endpoint.
+
+Latencies are prometheus_client histograms observed by the engine task and the query server.
+Everything that describes *state* (counts, queue depth, players, tiers, checkpoint age, MQTT)
+is read from one ``MetricsSnapshot`` at scrape time by a custom collector, so the hot path does
+no metric work per event (STYLE.md §9).
+
+The HTTP side is a deliberately tiny HTTP/1.1 server on ``asyncio.start_server``: one request
+per connection, a bounded request head, and a deadline for reading it, so a slow or hostile
+client on the metrics port costs one socket for a few seconds and never blocks a scrape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from arenad.core.params import TIER_NAMES
+from arenad.daemon.types import MetricsSnapshot
+
+_log = structlog.get_logger("arenad.metrics")
+
+#: Tier labels of ``arenad_players_by_tier``, best first; always all of them, zeros included, so a
+#: dashboard never sees a tier vanish and reappear.
+TIER_LABELS: tuple[str, ...] = (*TIER_NAMES, "unplaced")
+
+# One event applies in a few µs at 100k players (bench/); the top buckets catch GC pauses.
+UPDATE_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2)
+# A rank lookup is O(log P); a top-1000 or a full-ladder query may take most of a second.
+QUERY_BUCKETS = (
+    1e-5,
+    2.5e-5,
+    5e-5,
+    1e-4,
+    2.5e-4,
+    5e-4,
+    1e-3,
+    2.5e-3,
+    5e-3,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+)
+# A checkpoint writes every player: milliseconds for a small ladder, tens of seconds for millions.
+CHECKPOINT_BUCKETS = (1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
+    """The state metrics of one snapshot. CounterMetricFamily appends ``_total`` to the name."""
+    received = CounterMetricFamily("arenad_events_received", "Events received, by source.", labels=["source"])
+    for source, n in sorted(snap.received.items()):
+        received.add_metric([source], n)
+    yield received
+    yield CounterMetricFamily(
+        "arenad_events_applied", "Events applied to the ratings (valid and not filtered).", value=snap.applied
+    )
+    rejected = CounterMetricFamily(
+        "arenad_events_rejected", "Invalid events refused, by reason.", labels=["reason"]
+    )
+    for reason, n in sorted(snap.rejected.items()):
+        rejected.add_metric([reason], n)
+    yield rejected
+    filtered = CounterMetricFamily(
+        "arenad_events_filtered",
+        "Valid events not rated (e.g. repeat-kill cooldown), by reason.",
+        labels=["reason"],
+    )
+    for reason, n in sorted(snap.filtered.items()):
+        filtered.add_metric([reason], n)
+    yield filtered
+    dropped = CounterMetricFamily(
+        "arenad_events_dropped",
+        "Events lost before decoding under overload (UDP only), by source.",
+        labels=["source"],
+    )
+    for source, n in sorted(snap.dropped.items()):
+        dropped.add_metric([source], n)
+    yield dropped
+    yield GaugeMetricFamily("arenad_players_tracked", "Players with a rating.", value=snap.players_tracked)
+    yield GaugeMetricFamily(
+        "arenad_players_active", "Players in the active set (placed in tiers).", value=snap.players_active
+    )
+    by_tier = GaugeMetricFamily(
+        "arenad_players_by_tier", "Players per tier (1H best .. 5L, unplaced).", labels=["tier"]
+    )
+    for tier in TIER_LABELS:
+        by_tier.add_metric([tier], snap.players_by_tier.get(tier, 0))
+    yield by_tier
+    yield GaugeMetricFamily(
+        "arenad_queue_depth", "Batches waiting for the engine task.", value=snap.queue_depth
+    )
+    yield GaugeMetricFamily(
+        "arenad_queue_capacity", "Size of the engine's input queue.", value=snap.queue_capacity
+    )
+    yield GaugeMetricFamily(
+        "arenad_checkpoint_last_success_timestamp_seconds",
+        "Unix time of the last successful checkpoint (0 = none yet).",
+        value=snap.checkpoint_last_success,
+    )
+    yield CounterMetricFamily(
+        "arenad_checkpoint_failures", "Checkpoints that failed to write.", value=snap.checkpoint_failures
+    )
+    yield GaugeMetricFamily(
+        "arenad_journal_bytes", "Size of the journal since the last checkpoint.", value=snap.journal_bytes
+    )
+    yield CounterMetricFamily(
+        "arenad_recovery_truncations",
+        "Torn journal tails cut off at start-up.",
+        value=snap.recovery_truncations,
+    )
+    yield CounterMetricFamily(
+        "arenad_checkpoint_fallbacks",
+        "Start-ups that found the newest checkpoint corrupt and used an older one.",
+        value=snap.checkpoint_fallbacks,
+    )
+    yield GaugeMetricFamily(
+        "arenad_mqtt_connected", "1 while the MQTT session is up, else 0.", value=int(snap.mqtt_connected)
+    )
+    yield GaugeMetricFamily(
+        "arenad_ready", "1 once state is loaded (/healthz answers 200).", value=int(snap.ready)
+    )
+
+
+class _SnapshotCollector:
+    """Yields the state metrics of ``snapshot()`` at each scrape."""
+
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
+        self._snapshot = snapshot
+        self._failing = False
+
+    def describe(self) -> Iterator[Metric]:
+        # Families of an empty snapshot carry every name, so the registry can refuse a clash.
+        return _families(MetricsSnapshot())
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            snap = self._snapshot()
+        except Exception:
+            # Logged once per run of failures: a scrape every 15 s must not flood the journal. The
+            # histograms are still exported, and the missing series are what alerts notice.
+            if not self._failing:
+                _log.error("metrics_snapshot_failed", exc_info=True)
+                self._failing = True
+            return
+        self._failing = False
+        yield from _families(snap)
+
+
+class Metrics:
+    """The daemon's registry: latency histograms plus the scrape-time state collector."""
+
+    def __init__(
+        self, snapshot: Callable[[], MetricsSnapshot], registry: CollectorRegistry | None = None
+    ) -> None:
+        self.registry = CollectorRegistry() if registry is None else registry
+        self.update_seconds = Histogram(
+            "arenad_update_seconds",
+            "Time to apply one event to the ratings.",
+            buckets=UPDATE_BUCKETS,
+            registry=self.registry,
+        )
+        self.query_seconds = Histogram(
+            "arenad_query_seconds",
+            "Time to answer one query, by operation.",
+            labelnames=["op"],
+            buckets=QUERY_BUCKETS,
+            registry=self.registry,
+        )
+        self.checkpoint_seconds = Histogram(
+            "arenad_checkpoint_seconds",
+            "Time to write one checkpoint.",
+            buckets=CHECKPOINT_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_SnapshotCollector(snapshot))
+
+    def exposition(self) -> bytes:
+        """The registry in the Prometheus text format (what ``GET /metrics`` returns)."""
+        return generate_latest(self.registry)
+
+
+# --- HTTP -----------------------------------------------------------------------------------------
+
+HEAD_LIMIT = 8192  # bytes of request line + headers; a scraper sends a few hundred
+HEAD_TIMEOUT = 5.0  # seconds to send them, and to take the response
+
+_STATUS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+_TEXT = "text/plain; charset=utf-8"
+
+
+def _response(status: int, body: bytes, content_type: str = _TEXT, extra: str = "") -> bytes:
+    head = (
+        f"HTTP/1.1 {status} {_STATUS[status]}\r\n"
+        f"Content-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        f"Cache-Control: no-store\r\n"
+        f"{extra}"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+def _route(head: bytes, metrics: Metrics, ready: Callable[[], bool]) -> bytes:
+    """One response for one request head (everything up to the blank line)."""
+    request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = request_line.split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return _response(400, b"bad request\n")
+    method, target, _ = parts
+    path = target.split("?", 1)[0]
+    if path not in ("/metrics", "/healthz"):
+        return _response(404, b"not found\n")
+    if method != "GET":
+        return _response(405, b"method not allowed\n", extra="Allow: GET\r\n")
+    if path == "/healthz":
+        return _response(200, b"ok\n") if ready() else _response(503, b"starting\n")
+    return _response(200, metrics.exposition(), CONTENT_TYPE_LATEST)
+
+
+async def _serve_one(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    metrics: Metrics,
+    ready: Callable[[], bool],
+    head_timeout: float,
+) -> None:
+    try:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), head_timeout)
+        except asyncio.LimitOverrunError:
+            # Best effort: the client may still be sending, then it sees a reset instead.
+            writer.write(_response(431, b"request head too large\n"))
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            return  # slow, truncated or gone: nothing useful to answer
+        else:
+            try:
+                response = _route(head, metrics, ready)
+            except Exception:
+                _log.error("metrics_request_failed", exc_info=True)
+                response = _response(500, b"internal error\n")
+            writer.write(response)
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            await asyncio.wait_for(writer.drain(), head_timeout)
+    finally:
+        writer.close()
+        try:
+            await asyncio.wait_for(writer.wait_closed(), head_timeout)
+        except (TimeoutError, ConnectionError):
+            # A peer that never reads keeps a graceful close pending forever; cut it.
+            writer.transport.abort()
+
+
+async def serve_metrics(
+    host: str,
+    port: int,
+    metrics: Metrics,
+    ready: Callable[[], bool],
+    *,
+    head_limit: int = HEAD_LIMIT,
+    head_timeout: float = HEAD_TIMEOUT,
+) -> asyncio.Server:
+    """Start serving ``GET /metrics`` and ``GET /healthz`` on ``host:port``; the caller closes it.
+
+    ``/healthz`` answers 200 ``ok`` once ``ready()`` is true, 503 ``starting`` before. Each
+    connection carries one request (``Connection: close``); a request head over ``head_limit``
+    bytes or not complete within ``head_timeout`` seconds closes the connection.
+
+    Scrapes run on the event loop, not in a thread, because ``snapshot()`` reads state that the
+    engine task owns and only the loop thread sees it consistent; a scrape costs well under a
+    millisecond.
+    """
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _serve_one(reader, writer, metrics, ready, head_timeout)
+
+    # ``limit`` bounds the StreamReader buffer, so readuntil() refuses a head larger than it.
+    return await asyncio.start_server(handle, host, port, limit=head_limit)

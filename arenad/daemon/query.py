@@ -1,0 +1,638 @@
+"""The query server: newline-delimited JSON lookups of the live ladder over TCP and a Unix socket.
+
+Sans-io at the centre (STYLE.md, "thin adapters"): ``QueryHandler.handle_line`` turns one request
+line into one response line and never raises; ``serve_query`` only moves bytes between sockets and
+the handler. One request per line, one response per line, in order::
+
+    {"op": "get", "player": "alice", "id": 7}
+    {"ok": true, "op": "get", "id": 7, "player": "alice", "mu": 1213.4, ...}
+    {"op": "top", "n": "ten"}
+    {"ok": false, "error": "field 'n' must be an integer, got string"}
+
+A bad request gets an error line and the connection stays open. Operations: ``get``, ``top``,
+``around``, ``tiers``, ``predict``, ``stats``; an optional ``"id"`` (string or integer) is echoed.
+
+What a slow or hostile client cannot do: grow a buffer past ``max_line`` (an over-long line is
+answered once and the rest of it skipped), hold a connection without making progress for more
+than ``idle_timeout`` (neither sending nor reading our replies), open more than
+``max_connections`` connections at once, or keep the event loop (and so the engine task) busy
+for more than a few milliseconds at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import socket
+import stat
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from arenad.core.engine import Engine
+from arenad.core.events import MAX_NAME_BYTES
+from arenad.core.params import TIER_NAMES
+from arenad.daemon.config import QuerySettings, _off, parse_hostport
+from arenad.errors import ArenadError
+
+log = structlog.get_logger("arenad.query")
+
+#: Operations in the order they are listed in error messages.
+OPS: tuple[str, ...] = ("get", "top", "around", "tiers", "predict", "stats")
+# Fields each op accepts besides "op" and "id"; anything else is refused so a typo ("ofset") is
+# reported instead of silently falling back to a default.
+_FIELDS: dict[str, frozenset[str]] = {
+    "get": frozenset({"player"}),
+    "top": frozenset({"n", "offset"}),
+    "around": frozenset({"player", "n"}),
+    "tiers": frozenset(),
+    "predict": frozenset({"a", "b"}),
+    "stats": frozenset(),
+}
+_COMMON_FIELDS = frozenset({"op", "id"})
+_ENVELOPE = frozenset({"ok", "op", "id", "error"})  # response keys no operation body may set
+#: The ``observe`` label of a request whose op is unknown or unreadable: client-chosen strings
+#: never become metric labels, so the histogram's label set stays bounded.
+INVALID_OP = "invalid"
+
+_CHUNK = 65536  # bytes per socket read
+_SLICE = 0.005  # seconds of request handling before the connection yields the loop to others
+_REFUSE_TIMEOUT = 1.0  # seconds to deliver the one "too many connections" line
+_CLOSE_TIMEOUT = 1.0  # seconds to flush on close before the transport is aborted
+_SHOW = 40  # characters of a client-supplied value quoted back in an error message
+
+
+class _BadRequest(Exception):
+    """A request the client got wrong; the message is sent back as is.
+
+    Private flow control inside ``handle_line``: it never leaves this module, so it is not part
+    of the ``ArenadError`` tree.
+    """
+
+
+# ---------------------------------------------------------------------------- the handler
+class QueryHandler:
+    """Answers one request line with one response line from the live engine; never raises."""
+
+    def __init__(
+        self,
+        engine: Callable[[], Engine],
+        settings: QuerySettings,
+        stats: Callable[[], dict[str, Any]] = dict,
+        observe: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self._engine = engine
+        self.settings = settings
+        self._stats = stats
+        self._observe = observe
+        self.internal_errors = 0
+        # (op, exception type) pairs already logged: a client that can trigger a bug over and
+        # over must not be able to flood the log with the same traceback.
+        self._logged: set[tuple[str, str]] = set()
+        self._ops: dict[str, Callable[[Engine, dict[str, Any]], dict[str, Any]]] = {
+            "get": self._get,
+            "top": self._top,
+            "around": self._around,
+            "tiers": self._tiers,
+            "predict": self._predict,
+            "stats": self._stats_op,
+        }
+
+    # -- the protocol ----------------------------------------------------------------------
+    def handle_line(self, line: bytes) -> bytes:
+        """One request (a JSON object, without or with its trailing newline) -> one JSON line."""
+        started = time.perf_counter()
+        label = INVALID_OP
+        head: dict[str, Any] = {}
+        try:
+            request = _parse(line)
+            if "id" in request:
+                head["id"] = _request_id(request["id"])
+            op = _op(request)
+            label = op
+            unknown = sorted(set(request) - _COMMON_FIELDS - _FIELDS[op])
+            if unknown:
+                raise _BadRequest(f"unknown field {_show(unknown[0])} for op {op!r}")
+            body = self._ops[op](self._engine(), request)
+            out = _encode({"ok": True, "op": op, **head, **body})
+        except _BadRequest as e:
+            out = _encode({"ok": False, **head, "error": str(e)})
+        except Exception as e:  # every failure becomes a response; the connection goes on
+            self._internal_error(label, e)
+            out = _encode({"ok": False, **head, "error": "internal error"})
+        self._record(label, time.perf_counter() - started)
+        return out
+
+    def line_too_long(self) -> bytes:
+        """The response to a line longer than ``max_line`` (its content is never parsed)."""
+        self._record(INVALID_OP, 0.0)
+        return error_line(f"request line longer than {self.settings.max_line} bytes; the line was discarded")
+
+    # -- operations ------------------------------------------------------------------------
+    def _get(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
+        i = _player(eng, req, "player")
+        v = eng.view(i)
+        p = eng.params
+        return {
+            "player": v.player,
+            "mu": v.mu,
+            "sigma": v.sigma,
+            "display": self._display(v.mu, v.sigma),
+            "tier": v.tier,
+            "placed": v.tier is not None,
+            # §6.1: a player is placed once it has n_min events and sigma <= sigma_place.
+            "placement": {
+                "events": v.n,
+                "events_needed": p.n_min,
+                "sigma": v.sigma,
+                "sigma_needed": p.sigma_place,
+            },
+            "rank": v.rank,
+            "percentile": eng.percentile(i),
+            "events": v.n,
+            "streak": v.streak,
+            "trend": v.trend,
+            "last_seen": v.last_t,
+            "active": v.active,
+            "players": len(eng),
+        }
+
+    def _top(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
+        n = _int(req, "n", 1, self.settings.max_top)
+        offset = _int(req, "offset", 0, None, default=0)
+        return {"n": n, "offset": offset, "total": len(eng), "players": self._rows(eng, eng.top(n, offset))}
+
+    def _around(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
+        i = _player(eng, req, "player")
+        n = _int(req, "n", 1, self.settings.max_top)
+        ids = eng.around(i, n)
+        return {
+            "player": eng.names[i],
+            "n": n,
+            "rank": eng.rank(i),
+            "index": ids.index(i),  # where the asked player sits in "players" (0-based)
+            "total": len(eng),
+            "players": self._rows(eng, ids),
+        }
+
+    def _tiers(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
+        info = eng.tier_info()
+        # Tier k spans [B_k, B_{k-1}); the lowest tier has no lower boundary (B_15 = -inf).
+        mins: list[float | None] = [*info.boundaries, None]
+        placed = sum(info.counts)
+        return {
+            "tiers": [
+                {"tier": name, "min_mu": low, "players": count}
+                for name, low, count in zip(TIER_NAMES, mins, info.counts, strict=True)
+            ],
+            "placed": placed,
+            "unplaced": len(eng) - placed,
+            "calibrations": info.calibrations,
+            "active": info.active,
+            "players": len(eng),
+        }
+
+    def _predict(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
+        a = _player(eng, req, "a", say_field=True)
+        b = _player(eng, req, "b", say_field=True)
+        return {"a": eng.names[a], "b": eng.names[b], "p": eng.predict(a, b)}  # §3.1
+
+    def _stats_op(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "players": len(eng),
+            "active": eng.active_count,
+            "active_mean": eng.active_mean(),
+            "mean_sigma": eng.mean_sigma,
+            "applied": eng.applied,
+            "filtered": eng.filtered,
+            "rejected": dict(eng.rejected),
+            "clock": eng.clock,  # -inf before the first event: encoded as null
+            "calibrations": eng.calibrations,
+            "tier_changes": eng.tier_changes,
+            "internal_errors": self.internal_errors,
+        }
+        # Daemon figures (queue depth, uptime, ...) come last so the daemon can refine a figure
+        # the engine alone cannot know (e.g. events rejected before they reached the engine);
+        # only the envelope keys stay ours.
+        out.update((k, v) for k, v in self._stats().items() if k not in _ENVELOPE)
+        return out
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _display(self, mu: float, sigma: float) -> float:
+        """The conservative display rating mu - k sigma."""
+        return mu - self.settings.display_k * sigma
+
+    def _rows(self, eng: Engine, ids: Iterable[int]) -> list[dict[str, Any]]:
+        rows = []
+        for i in ids:
+            v = eng.view(i)
+            rows.append(
+                {
+                    # Competition rank, as in "get": equal ratings share the better rank.
+                    "rank": v.rank,
+                    "player": v.player,
+                    "mu": v.mu,
+                    "sigma": v.sigma,
+                    "display": self._display(v.mu, v.sigma),
+                    "tier": v.tier,
+                }
+            )
+        return rows
+
+    def _internal_error(self, op: str, e: Exception) -> None:
+        self.internal_errors += 1
+        key = (op, type(e).__qualname__)
+        if key not in self._logged:
+            self._logged.add(key)
+            log.error("query_failed", op=op, exc_info=e)
+
+    def _record(self, op: str, seconds: float) -> None:
+        if self._observe is None:
+            return
+        try:
+            self._observe(op, seconds)
+        except Exception as e:  # a metrics failure must not turn into a failed query
+            self._internal_error(f"observe:{op}", e)
+
+
+# ---------------------------------------------------------------------------- request parsing
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; they are not JSON and no field may hold them.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse(line: bytes) -> dict[str, Any]:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _BadRequest(f"request is not valid UTF-8 (byte {e.start})") from e
+    text = text.strip()
+    if not text:
+        raise _BadRequest('empty request: expected a JSON object such as {"op": "stats"}')
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError as e:
+        raise _BadRequest("invalid JSON: nested too deeply") from e
+    except ValueError as e:
+        raise _BadRequest(f"invalid JSON: {e}") from e
+    if not isinstance(obj, dict):
+        raise _BadRequest(f"request must be a JSON object, got {_kind(obj)}")
+    return obj
+
+
+def _request_id(value: object) -> str | int:
+    if isinstance(value, str):
+        if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise _BadRequest(f"field 'id' is longer than {MAX_NAME_BYTES} UTF-8 bytes")
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63:
+        return value
+    raise _BadRequest(f"field 'id' must be a string or a 64-bit integer, got {_kind(value)}")
+
+
+def _op(request: dict[str, Any]) -> str:
+    if "op" not in request:
+        raise _BadRequest(f"missing field 'op' (one of: {', '.join(OPS)})")
+    op = request["op"]
+    if not isinstance(op, str):
+        raise _BadRequest(f"field 'op' must be a string, got {_kind(op)}")
+    if op not in _FIELDS:
+        raise _BadRequest(f"unknown op {_show(op)} (one of: {', '.join(OPS)})")
+    return op
+
+
+def _player(eng: Engine, req: dict[str, Any], key: str, *, say_field: bool = False) -> int:
+    """The engine id of the player named in ``req[key]``."""
+    if key not in req:
+        raise _BadRequest(f"missing field {key!r}")
+    name = req[key]
+    if not isinstance(name, str) or not name:
+        got = "an empty string" if name == "" else _kind(name)
+        raise _BadRequest(f"field {key!r} must be a non-empty player name, got {got}")
+    # surrogatepass: measured the way the event decoder measures names (arenad.core.events).
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise _BadRequest(
+            f"field {key!r} is {size} UTF-8 bytes long; a player name has at most {MAX_NAME_BYTES}"
+        )
+    i = eng.ids.get(name)
+    if i is None:
+        raise _BadRequest(f"unknown player {name!r}" + (f" (field {key!r})" if say_field else ""))
+    return i
+
+
+def _int(req: dict[str, Any], key: str, lo: int, hi: int | None, default: int | None = None) -> int:
+    if key not in req:
+        if default is None:
+            raise _BadRequest(f"missing field {key!r}")
+        return default
+    v = req[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _BadRequest(f"field {key!r} must be an integer, got {_kind(v)}")
+    if v < lo or (hi is not None and v > hi):
+        want = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        raise _BadRequest(f"field {key!r} must be {want}, got {_show(v)}")
+    return v
+
+
+def _kind(v: object) -> str:
+    """The JSON type name of a decoded value, for error messages."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    return "object"
+
+
+def _show(v: object) -> str:
+    """A client-supplied value for an error message, cut short so a reply stays small."""
+    text = repr(v)
+    return text if len(text) <= _SHOW else text[: _SHOW - 3] + "..."
+
+
+# ---------------------------------------------------------------------------- response encoding
+def _finite(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by None (JSON has no NaN or infinity)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _encode(obj: dict[str, Any]) -> bytes:
+    # ensure_ascii: the reply is always valid UTF-8, even for a name holding a lone surrogate.
+    try:
+        text = json.dumps(obj, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        # Rare (the clock before the first event, a NaN in daemon stats): walk and fix only then.
+        text = json.dumps(_finite(obj), allow_nan=False, separators=(",", ":"))
+    return text.encode("ascii") + b"\n"
+
+
+def error_line(message: str) -> bytes:
+    """A ``{"ok": false, "error": message}`` response line."""
+    return _encode({"ok": False, "error": message})
+
+
+# ---------------------------------------------------------------------------- line framing
+_TOO_LONG = None  # what LineSplitter yields in place of an over-long line
+
+
+class LineSplitter:
+    """Splits a byte stream into lines of at most ``max_line`` bytes; never buffers more.
+
+    ``feed`` returns the complete lines (without their newline) in order, with ``None`` standing
+    for a line that went over the limit: that is reported as soon as the limit is passed, and the
+    rest of the line, up to its newline, is skipped as it arrives.
+    """
+
+    def __init__(self, max_line: int) -> None:
+        self.max_line = max_line
+        self._buf = bytearray()
+        self._skipping = False
+
+    def feed(self, data: bytes) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        buf = self._buf
+        start = len(buf)  # the part already searched holds no newline
+        buf += data
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                if not self._skipping and len(buf) > self.max_line:
+                    out.append(_TOO_LONG)
+                    self._skipping = True
+                if self._skipping:
+                    buf.clear()
+                return out
+            # A "\r\n" terminator is not part of the line's length.
+            size = nl - 1 if nl and buf[nl - 1] == 0x0D else nl
+            if self._skipping:
+                self._skipping = False
+            elif size > self.max_line:
+                out.append(_TOO_LONG)
+            else:
+                out.append(bytes(buf[:nl]))
+            del buf[: nl + 1]
+            start = 0
+
+    def finish(self) -> bytes | None:
+        """At end of input: an unterminated last line, if any (a client may omit the newline)."""
+        rest = None if self._skipping or not self._buf.strip() else bytes(self._buf)
+        self._buf.clear()
+        return rest
+
+
+# ---------------------------------------------------------------------------- the servers
+@dataclass(slots=True)
+class _Connections:
+    """Every connection of one ``serve_query`` call (TCP and Unix together), under one limit."""
+
+    handler: QueryHandler
+    settings: QuerySettings
+    active: int = 0
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)  # close_servers cancels these: nothing outlives the servers
+        try:
+            if self.active >= self.settings.max_connections:
+                writer.write(error_line(f"too many connections (limit {self.settings.max_connections})"))
+                await _drain(writer, _REFUSE_TIMEOUT)
+                return
+            self.active += 1
+            try:
+                await self._session(reader, writer)
+            finally:
+                # Counted down before the close completes, so a client that has seen its
+                # connection end can rely on its slot being free.
+                self.active -= 1
+        except OSError:
+            pass  # the client went away mid-reply: nothing to answer any more
+        finally:
+            self.tasks.discard(task)
+            await _close(writer)
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = self.handler
+        timeout = self.settings.idle_timeout
+        lines = LineSplitter(self.settings.max_line)
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                async with asyncio.timeout(timeout):
+                    data = await reader.read(_CHUNK)
+            except TimeoutError:
+                return  # idle for idle_timeout
+            if data:
+                batch = lines.feed(data)
+            else:
+                last = lines.finish()
+                batch = [] if last is None else [last]
+            slice_start = loop.time()
+            for line in batch:
+                if line is None:
+                    writer.write(handler.line_too_long())
+                    if not await _drain(writer, timeout):
+                        return
+                    continue
+                # Handled synchronously: the engine is only mutated by the engine task on this
+                # same loop, so it cannot change while one request is being answered.
+                writer.write(handler.handle_line(line))
+                # drain() returns at once unless the transport buffer is above its high-water
+                # mark; a client that stops reading is dropped after idle_timeout instead of
+                # making us buffer replies without bound.
+                if not await _drain(writer, timeout):
+                    return
+                if loop.time() - slice_start > _SLICE:
+                    # A client pipelining expensive requests must not hold the loop (and so
+                    # the engine task) for longer than a slice.
+                    await asyncio.sleep(0)
+                    slice_start = loop.time()
+            if not data:
+                return  # end of input; the last reply has been handed to the transport
+
+
+async def _drain(writer: asyncio.StreamWriter, timeout: float) -> bool:
+    """Wait for the transport buffer to fall below its high-water mark; abort after ``timeout``."""
+    try:
+        async with asyncio.timeout(timeout):
+            await writer.drain()
+    except TimeoutError:
+        writer.transport.abort()
+        return False
+    return True
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    try:
+        async with asyncio.timeout(_CLOSE_TIMEOUT):
+            await writer.wait_closed()
+    except TimeoutError:
+        # close() waits for the buffer to flush; a peer that never reads would hold it forever.
+        writer.transport.abort()
+    except OSError:
+        pass  # reset by the peer while closing: closed all the same
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """What close_servers needs to know about a server beyond the asyncio.Server itself."""
+
+    connections: _Connections
+    unix_path: Path | None
+
+
+# Keyed weakly so a server dropped without close_servers does not stay alive through this map.
+_SERVED: weakref.WeakKeyDictionary[asyncio.Server, _Served] = weakref.WeakKeyDictionary()
+
+
+async def serve_query(handler: QueryHandler, settings: QuerySettings) -> list[asyncio.Server]:
+    """Start the TCP server (unless ``listen`` is off) and the Unix socket server (if ``unix``).
+
+    Both share one connection limit. Stop them with ``close_servers``, which also ends every open
+    connection and removes the Unix socket file.
+    """
+    connections = _Connections(handler, settings)
+    servers: list[asyncio.Server] = []
+    try:
+        if not _off(settings.listen):
+            host, port = parse_hostport(settings.listen)
+            server = await asyncio.start_server(connections.serve, host, port)
+            _SERVED[server] = _Served(connections, None)
+            servers.append(server)
+            for sock in server.sockets:
+                log.info("query_listening", address=_address(sock.getsockname()))
+        if settings.unix:
+            path = Path(settings.unix)
+            _remove_stale_socket(path)
+            server = await asyncio.start_unix_server(connections.serve, str(path))
+            _SERVED[server] = _Served(connections, path)
+            servers.append(server)
+            # Created with the umask's mode first; narrowing it after bind is the portable way
+            # (changing the process umask would race with other threads).
+            os.chmod(path, 0o660)
+            log.info("query_listening", address=str(path))
+    except BaseException:
+        await close_servers(servers)
+        raise
+    return servers
+
+
+async def close_servers(servers: Iterable[asyncio.Server]) -> None:
+    """Stop accepting, end every open connection, and remove Unix socket files."""
+    servers = list(servers)
+    served = [_SERVED.pop(s, None) for s in servers]
+    for server in servers:
+        server.close()
+    tasks: set[asyncio.Task[Any]] = set()
+    for s in served:
+        if s is not None:
+            tasks |= s.connections.tasks
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for server in servers:
+        await server.wait_closed()
+    for s in served:
+        if s is not None and s.unix_path is not None:
+            _unlink_socket(s.unix_path)
+
+
+def _remove_stale_socket(path: Path) -> None:
+    """Remove a socket file left by a daemon that is gone; refuse anything else at ``path``."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ArenadError(f"query.unix: {path} exists and is not a socket; not replacing it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # A blocking probe at start-up only: connecting to a local socket answers at once.
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        path.unlink(missing_ok=True)  # nobody listening: stale
+        return
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ArenadError(f"query.unix: cannot tell whether {path} is in use: {e}") from e
+    finally:
+        probe.close()
+    raise ArenadError(f"query.unix: {path} is in use by another process")
+
+
+def _unlink_socket(path: Path) -> None:
+    try:
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _address(sockname: Any) -> str:
+    if isinstance(sockname, tuple):
+        host, port = sockname[0], sockname[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(sockname)

@@ -1,0 +1,403 @@
+"""The arenad service: one asyncio process, one single-writer engine task.
+
+::
+
+    UDP datagrams ─┐                       ┌─> journal (fsync) ─> Engine.feed ─> Batch.done (PUBACK)
+    MQTT QoS 1 ────┼─> bounded queue ─> engine task
+    (log tails) ───┘                       └─> checkpoint every N s (a thread writes it)
+    query socket <── reads the engine between engine steps
+    /metrics     <── MetricsSnapshot at scrape time
+
+Only the engine task mutates rating state. Sources that can wait (MQTT) block on the bounded
+queue when it is full, which pauses their intake; UDP drops and counts. An event is journaled
+and fsynced before it is applied and before its source is told it is done, so everything a
+source was told is done survives ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - not available on every platform
+    uvloop = None  # type: ignore[assignment]
+
+from arenad.core.engine import REJECT_REASONS, Engine, Outcome
+from arenad.core.events import Reject
+from arenad.core.params import TIER_NAMES
+from arenad.daemon import sdnotify
+from arenad.daemon.config import parse_hostport
+from arenad.daemon.intake import Intake
+from arenad.daemon.logs import RejectWarnings
+from arenad.daemon.metrics import Metrics, serve_metrics
+from arenad.daemon.query import QueryHandler, close_servers, serve_query
+from arenad.daemon.sources.mqtt import MqttStatus, load_password, run_mqtt
+from arenad.daemon.sources.udp import open_udp
+from arenad.daemon.state import Checkpoints, Journal, Record, RecoveryReport, StateError
+from arenad.daemon.types import Batch, MetricsSnapshot
+from arenad.errors import ArenadError
+from arenad.settings import Settings
+
+log = structlog.get_logger("arenad")
+
+#: Events applied between two yields to the event loop (about 5 ms of rating work).
+APPLY_SLICE = 512
+#: Every n-th event's apply time goes into the update histogram (timing each would cost more).
+UPDATE_SAMPLE = 64
+#: Batches taken from the queue per journal write (one fsync covers them all).
+MAX_BATCHES = 256
+
+
+class Daemon:
+    """Owns the engine, the journal and every server; ``run`` until stopped."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.state_dir = Path(settings.daemon.state_dir)
+        self.engine = Engine(settings.adr)
+        self.intake = Intake(settings.daemon)
+        self.queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=settings.daemon.queue_size)
+        self.stop = asyncio.Event()  # SIGTERM/SIGINT: stop intake, drain, checkpoint, exit
+        # MQTT keeps its connection until the queue is drained, so every batch it handed over is
+        # acknowledged on a live connection (an ack lost at shutdown means a redelivery).
+        self.mqtt_stop = asyncio.Event()
+        self._mqtt_task: asyncio.Task[None] | None = None
+        self.seq = 0  # sequence number of the last journaled event
+        self.checkpoint_seq = 0
+        self.received: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()
+        self.filtered: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.applied = 0
+        self.checkpoint_last_success = 0.0
+        self.checkpoint_failures = 0
+        self.recovery = RecoveryReport()
+        self.ready = False
+        self.mqtt_status = MqttStatus()
+        self.journal = Journal(self.state_dir)
+        self.checkpoints = Checkpoints(self.state_dir, keep=settings.daemon.checkpoints_kept)
+        self.metrics = Metrics(self.snapshot)
+        self.reject_warnings = RejectWarnings(settings.log.reject_warning_interval)
+        self.bound: dict[str, Any] = {}  # actual listening addresses, for logs and tests
+        self._lock_fd: int | None = None
+        self._checkpoint_task: asyncio.Future[None] | None = None
+        self._sample = 0
+
+    # ------------------------------------------------------------------ metrics
+    def snapshot(self) -> MetricsSnapshot:
+        eng = self.engine
+        info = eng.tier_info()
+        by_tier = dict(zip(TIER_NAMES, info.counts, strict=True))
+        by_tier["unplaced"] = len(eng) - sum(info.counts)
+        return MetricsSnapshot(
+            received=Counter(self.received),
+            applied=self.applied,
+            rejected=Counter(self.rejected),
+            filtered=Counter(self.filtered),
+            dropped=Counter(self.dropped),
+            queue_depth=self.queue.qsize(),
+            queue_capacity=self.queue.maxsize,
+            players_tracked=len(eng),
+            players_active=eng.active_count,
+            players_by_tier=by_tier,
+            checkpoint_last_success=self.checkpoint_last_success,
+            checkpoint_failures=self.checkpoint_failures,
+            journal_bytes=self.journal.bytes_written,
+            recovery_truncations=1 if self.recovery.truncated_bytes else 0,
+            checkpoint_fallbacks=self.recovery.fallbacks,
+            mqtt_connected=self.mqtt_status.connected,
+            ready=self.ready,
+        )
+
+    def stats(self) -> dict[str, Any]:
+        """Daemon figures merged into the query ``stats`` answer."""
+        return {
+            "received": dict(self.received),
+            "rejected_by_daemon": dict(self.rejected),
+            "dropped": dict(self.dropped),
+            "journal_seq": self.seq,
+            "checkpoint_seq": self.checkpoint_seq,
+            "queue_depth": self.queue.qsize(),
+            "mqtt_connected": self.mqtt_status.connected,
+        }
+
+    # ------------------------------------------------------------------ state
+    def _lock_state_dir(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o640)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            raise ArenadError(f"state directory {self.state_dir} is in use by another arenad") from e
+        self._lock_fd = fd
+
+    def recover(self) -> RecoveryReport:
+        """Newest valid checkpoint, then the journal tail (kept for the daemon's own start)."""
+        report = RecoveryReport()
+        self.checkpoints.clean_temporaries()
+        for seq, path in self.checkpoints.list():
+            try:
+                payload = Checkpoints.read(path)
+                engine = Engine.from_state(payload["engine"], self.settings.adr)
+                intake = Intake(self.settings.daemon)
+                intake.import_state(payload.get("dedupe", []))
+            except (StateError, ValueError, KeyError, TypeError) as e:
+                report.fallbacks += 1
+                log.warning("checkpoint_skipped", path=str(path), error=str(e))
+                continue
+            self.engine = engine
+            self.intake = intake
+            self.seq = seq
+            self.applied = int(payload.get("applied", 0))
+            report.checkpoint = path
+            report.checkpoint_seq = seq
+            break
+        records, truncations = self.journal.replay_after(self.seq)
+        for rec in records:
+            seq, t, attacker, victim, server, event_id = rec
+            if seq != self.seq + 1:
+                raise StateError(f"journal jumps from event {self.seq} to {seq}: history is missing")
+            self.intake.remember(server, event_id, time.time())
+            self._apply_one(attacker, victim, t)
+            self.seq = seq
+            report.replayed += 1
+        report.truncated_bytes = sum(truncations)
+        if report.truncated_bytes:
+            log.warning("journal_tail_truncated", bytes=report.truncated_bytes)
+        self.checkpoint_seq = report.checkpoint_seq
+        self.recovery = report
+        return report
+
+    def _apply_one(self, attacker: str, victim: str, t: float) -> None:
+        outcome = self.engine.feed(attacker, victim, t)
+        if outcome is Outcome.APPLIED:
+            self.applied += 1
+        elif outcome is Outcome.FILTERED:
+            self.filtered["cooldown"] += 1
+        else:
+            self.rejected[REJECT_REASONS[outcome]] += 1
+
+    def _checkpoint_payload(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "created": time.time(),
+            "applied": self.applied,
+            "engine": self.engine.export_state(),
+            "dedupe": self.intake.export_state(),
+        }
+
+    async def checkpoint(self) -> None:
+        """Rotate the journal, snapshot the engine, write the file in a thread, compact."""
+        if self._checkpoint_task is not None:
+            await self._checkpoint_task  # one at a time
+        seq = self.seq
+        if seq == self.checkpoint_seq and self.checkpoints.list():
+            return
+        started = time.perf_counter()
+        payload = self._checkpoint_payload()  # a copy: the engine may move on meanwhile
+        self.journal.open_segment(seq + 1)
+
+        def write() -> None:
+            self.checkpoints.write(seq, payload)
+
+        try:
+            await asyncio.to_thread(write)
+        except OSError as e:
+            self.checkpoint_failures += 1
+            log.error("checkpoint_failed", seq=seq, error=str(e))
+            return
+        self.checkpoint_seq = seq
+        self.checkpoint_last_success = time.time()
+        kept = self.checkpoints.list()
+        if kept:
+            self.journal.drop_before(kept[-1][0])
+        elapsed = time.perf_counter() - started
+        self.metrics.checkpoint_seconds.observe(elapsed)
+        log.debug("checkpoint_written", seq=seq, seconds=round(elapsed, 4))
+
+    # ------------------------------------------------------------------ the engine task
+    async def _process(self, batches: list[Batch]) -> None:
+        now = time.time()
+        records: list[Record] = []
+        for batch in batches:
+            self.received[batch.source] += len(batch.items)
+            for item in batch.items:
+                if isinstance(item, Reject):
+                    self._count_reject(item, batch.source)
+                    continue
+                checked = self.intake.check(item, batch.server, now)
+                if isinstance(checked, Reject):
+                    self._count_reject(checked, batch.source)
+                    continue
+                self.seq += 1
+                records.append(
+                    (self.seq, checked.t, checked.attacker, checked.victim, checked.server, checked.id)
+                )
+        if records:
+            self.journal.append(records)
+            # fsync off the event loop; nothing is applied or acknowledged before it returns.
+            await asyncio.to_thread(self.journal.sync)
+        observe = self.metrics.update_seconds.observe
+        for k, rec in enumerate(records, start=1):
+            self._sample += 1
+            if self._sample >= UPDATE_SAMPLE:
+                self._sample = 0
+                t0 = time.perf_counter()
+                self._apply_one(rec[2], rec[3], rec[1])
+                observe(time.perf_counter() - t0)
+            else:
+                self._apply_one(rec[2], rec[3], rec[1])
+            if k % APPLY_SLICE == 0:
+                await asyncio.sleep(0)  # let queries and sources run between slices
+        for batch in batches:
+            if batch.done is not None:
+                try:
+                    batch.done()
+                except Exception as e:  # a source's ack failing must not stop the engine
+                    log.warning("ack_failed", source=batch.source, error=str(e))
+
+    def _count_reject(self, reject: Reject, source: str) -> None:
+        self.rejected[reject.reason.value] += 1
+        self.reject_warnings.reject(reject.reason.value, source, reject.detail)
+
+    async def _engine_loop(self) -> None:
+        interval = self.settings.daemon.checkpoint_interval
+        next_checkpoint = time.monotonic() + interval
+        watchdog = sdnotify.watchdog_interval()
+        next_ping = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if watchdog is not None and now >= next_ping:
+                sdnotify.notify("WATCHDOG=1")
+                next_ping = now + watchdog
+            if now >= next_checkpoint:
+                await self.checkpoint()
+                next_checkpoint = time.monotonic() + interval
+            if self.stop.is_set() and self.queue.empty():
+                self.mqtt_stop.set()
+                if self._mqtt_task is None or self._mqtt_task.done():
+                    return
+            wait = max(0.01, next_checkpoint - time.monotonic())
+            if watchdog is not None:
+                wait = min(wait, max(0.01, next_ping - time.monotonic()))
+            if self.stop.is_set():
+                wait = 0.01
+            try:
+                first = await asyncio.wait_for(self.queue.get(), timeout=wait)
+            except TimeoutError:
+                continue
+            batches = [first]
+            while len(batches) < MAX_BATCHES:
+                try:
+                    batches.append(self.queue.get_nowait())
+                except asyncio.QueueEmpty:
+                    break
+            await self._process(batches)
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> int:
+        """Recover, serve until SIGTERM/SIGINT, drain, checkpoint, return the exit code."""
+        self._lock_state_dir()
+        try:
+            return await self._run()
+        finally:
+            self.journal.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+
+    async def _run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        servers: list[asyncio.Server] = []
+        try:
+            return await self._serve(servers)
+        finally:
+            self.ready = False
+            await close_servers(servers)
+
+    async def _serve(self, servers: list[asyncio.Server]) -> int:
+        s = self.settings
+        # Metrics first: /healthz answers 503 while the state is being loaded.
+        if s.metrics.listen.strip().lower() not in ("", "off"):
+            host, port = parse_hostport(s.metrics.listen)
+            msrv = await serve_metrics(host, port, self.metrics, lambda: self.ready)
+            servers.append(msrv)
+            self.bound["metrics"] = msrv.sockets[0].getsockname()[:2]
+        started = time.perf_counter()
+        report = await asyncio.to_thread(self.recover)
+        self.journal.open_segment(self.seq + 1)
+        log.info(
+            "state_loaded",
+            checkpoint=str(report.checkpoint) if report.checkpoint else None,
+            checkpoint_seq=report.checkpoint_seq,
+            replayed=report.replayed,
+            fallbacks=report.fallbacks,
+            truncated_bytes=report.truncated_bytes,
+            players=len(self.engine),
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        udp_transport: asyncio.DatagramTransport | None = None
+        try:
+            handler = QueryHandler(
+                lambda: self.engine,
+                s.query,
+                stats=self.stats,
+                observe=lambda op, sec: self.metrics.query_seconds.labels(op=op).observe(sec),
+            )
+            qservers = await serve_query(handler, s.query)
+            servers.extend(qservers)
+            for srv in qservers:
+                name = srv.sockets[0].getsockname()
+                self.bound.setdefault("query", name[:2] if isinstance(name, tuple) else name)
+            if s.udp.enabled:
+                udp_transport, _ = await open_udp(s.udp, self.queue, self.dropped)
+                self.bound["udp"] = udp_transport.get_extra_info("sockname")[:2]
+            # The initial checkpoint makes the recovered state durable before new intake.
+            await self.checkpoint()
+            self.ready = True
+            sdnotify.notify("READY=1")
+            log.info(
+                "arenad_started", **{k: list(v) if isinstance(v, tuple) else v for k, v in self.bound.items()}
+            )
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._engine_loop(), name="engine")
+                if s.mqtt.enabled:
+                    self._mqtt_task = tg.create_task(
+                        run_mqtt(s.mqtt, self.queue, self.mqtt_status, self.mqtt_stop, load_password(s.mqtt)),
+                        name="mqtt",
+                    )
+                tg.create_task(self._stop_intake_on_signal(udp_transport), name="stopper")
+            sdnotify.notify("STOPPING=1")
+            await self.checkpoint()
+            log.info("arenad_stopped", seq=self.seq, players=len(self.engine))
+            return 0
+        finally:
+            self.ready = False
+            if udp_transport is not None:
+                udp_transport.close()
+
+    async def _stop_intake_on_signal(self, udp: asyncio.DatagramTransport | None) -> None:
+        await self.stop.wait()
+        log.info("stop_requested", queued=self.queue.qsize())
+        if udp is not None:
+            udp.close()  # no new datagrams; what is queued is still applied
+
+
+def run_daemon(settings: Settings) -> int:
+    """Blocking entry point of ``arenad run``: uvloop when importable, plain asyncio otherwise."""
+    daemon = Daemon(settings)
+    if uvloop is None:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.run(daemon.run())
+    return int(uvloop.run(daemon.run()))

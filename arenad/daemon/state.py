@@ -1,0 +1,238 @@
+"""Durable state: an append-only journal of accepted events and atomic, checksummed checkpoints.
+
+Layout of the state directory::
+
+    checkpoint-000000000042.ckpt   newest valid one wins; older ones are the fallback
+    journal-000000000043.log       records with sequence numbers from 43 on
+
+A journal record is ``u32 length | u32 crc32 | msgpack [seq, t, attacker, victim, server, id]``.
+Start-up loads the newest checkpoint that verifies (a corrupt one is skipped, logged, counted),
+then re-applies every journal record with a higher sequence number; a torn tail (a record cut
+short or failing its checksum at the end of the last segment) is cut at the last whole record.
+
+Checkpoints are written to a temporary file, fsynced, renamed into place and the directory is
+fsynced, so a crash leaves either the old or the new file, never half of one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from arenad.errors import ArenadError
+
+_RECORD_HEAD = struct.Struct("<II")  # length, crc32
+_CKPT_MAGIC = b"ARENADCK"
+_CKPT_HEAD = struct.Struct("<8sIIQ")  # magic, format version, crc32 of body, body length
+CHECKPOINT_FORMAT = 1
+MAX_RECORD = 1 << 16
+
+
+class StateError(ArenadError):
+    """The state directory cannot be used (permissions, a corrupt journal in the middle)."""
+
+
+Record = tuple[int, float, str, str, str | None, str | None]
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    checkpoint: Path | None = None
+    checkpoint_seq: int = 0
+    fallbacks: int = 0  # checkpoints skipped because they did not verify
+    replayed: int = 0  # journal records applied after the checkpoint
+    truncated_bytes: int = 0  # torn tail cut off the journal
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def encode_record(rec: Record) -> bytes:
+    body = msgpack.packb(list(rec), use_bin_type=True)
+    return _RECORD_HEAD.pack(len(body), zlib.crc32(body)) + body
+
+
+def read_records(data: bytes) -> tuple[list[Record], int]:
+    """Whole records of one journal segment, and the byte offset where they end."""
+    out: list[Record] = []
+    pos = 0
+    end = len(data)
+    while pos + _RECORD_HEAD.size <= end:
+        length, crc = _RECORD_HEAD.unpack_from(data, pos)
+        start = pos + _RECORD_HEAD.size
+        if length > MAX_RECORD or start + length > end:
+            break
+        body = data[start : start + length]
+        if zlib.crc32(body) != crc:
+            break
+        try:
+            seq, t, attacker, victim, server, event_id = msgpack.unpackb(body, raw=False)
+        except (ValueError, TypeError, msgpack.UnpackException):
+            break
+        out.append((int(seq), float(t), str(attacker), str(victim), server, event_id))
+        pos = start + length
+    return out, pos
+
+
+class Journal:
+    """Append-only segments of accepted events; the caller decides when to fsync."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self._file: Any = None
+        self._path: Path | None = None
+        self.bytes_written = 0
+
+    @staticmethod
+    def segment_name(first_seq: int) -> str:
+        return f"journal-{first_seq:012d}.log"
+
+    def segments(self) -> list[tuple[int, Path]]:
+        out = []
+        for p in self.dir.glob("journal-*.log"):
+            try:
+                out.append((int(p.stem.split("-", 1)[1]), p))
+            except ValueError:
+                continue
+        return sorted(out)
+
+    def open_segment(self, first_seq: int) -> None:
+        """Start writing a new segment whose first record will be ``first_seq``."""
+        self.close()
+        path = self.dir / self.segment_name(first_seq)
+        self._file = path.open("ab", buffering=0)
+        self._path = path
+        _fsync_dir(self.dir)
+
+    def append(self, records: list[Record]) -> int:
+        """Write records (no fsync); returns the bytes written."""
+        if self._file is None:
+            raise StateError("journal is not open")
+        data = b"".join(encode_record(r) for r in records)
+        self._file.write(data)
+        self.bytes_written += len(data)
+        return len(data)
+
+    def fileno(self) -> int:
+        if self._file is None:
+            raise StateError("journal is not open")
+        return int(self._file.fileno())
+
+    def sync(self) -> None:
+        os.fsync(self.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def replay_after(self, seq: int) -> tuple[Iterator[Record], list[int]]:
+        """Records with a sequence number above ``seq``; the list collects torn-tail sizes.
+
+        A torn tail is cut (the file truncated at the last whole record) only in the newest
+        segment; damage inside an older segment means lost acknowledged data and is an error.
+        """
+        segments = self.segments()
+        truncations: list[int] = []
+
+        def gen() -> Iterator[Record]:
+            for k, (_first, path) in enumerate(segments):
+                data = path.read_bytes()
+                records, good = read_records(data)
+                if good < len(data):
+                    if k != len(segments) - 1:
+                        raise StateError(
+                            f"{path.name} is damaged at byte {good} of {len(data)} and is not the newest "
+                            "journal segment; refusing to start with a gap in the event history"
+                        )
+                    with path.open("r+b") as f:
+                        f.truncate(good)
+                        os.fsync(f.fileno())
+                    truncations.append(len(data) - good)
+                for rec in records:
+                    if rec[0] > seq:
+                        yield rec
+
+        return gen(), truncations
+
+    def drop_before(self, seq: int) -> None:
+        """Delete whole segments whose records are all at or below ``seq``."""
+        segments = self.segments()
+        for (_first, path), (nxt, _) in itertools.pairwise(segments):
+            if nxt - 1 <= seq and path != self._path:
+                path.unlink(missing_ok=True)
+
+
+class Checkpoints:
+    """Versioned, checksummed msgpack checkpoints written atomically."""
+
+    def __init__(self, directory: Path, keep: int = 2) -> None:
+        self.dir = directory
+        self.keep = keep
+
+    def list(self) -> list[tuple[int, Path]]:
+        out = []
+        for p in self.dir.glob("checkpoint-*.ckpt"):
+            try:
+                out.append((int(p.stem.split("-", 1)[1]), p))
+            except ValueError:
+                continue
+        return sorted(out, reverse=True)
+
+    def write(self, seq: int, payload: dict[str, Any]) -> Path:
+        """Serialise and store atomically; returns the final path. Runs fine in a thread."""
+        body = msgpack.packb(payload, use_bin_type=True)
+        head = _CKPT_HEAD.pack(_CKPT_MAGIC, CHECKPOINT_FORMAT, zlib.crc32(body), len(body))
+        final = self.dir / f"checkpoint-{seq:012d}.ckpt"
+        tmp = self.dir / f".checkpoint-{seq:012d}.tmp"
+        with tmp.open("wb") as f:
+            f.write(head)
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(self.dir)
+        for _s, old in self.list()[self.keep :]:
+            old.unlink(missing_ok=True)
+        return final
+
+    @staticmethod
+    def read(path: Path) -> dict[str, Any]:
+        """Load and verify one checkpoint; raises ``StateError`` saying what is wrong."""
+        data = path.read_bytes()
+        if len(data) < _CKPT_HEAD.size:
+            raise StateError(f"{path.name}: shorter than its header")
+        magic, version, crc, length = _CKPT_HEAD.unpack_from(data)
+        if magic != _CKPT_MAGIC:
+            raise StateError(f"{path.name}: not an arenad checkpoint")
+        if version != CHECKPOINT_FORMAT:
+            raise StateError(f"{path.name}: format {version}, this arenad reads {CHECKPOINT_FORMAT}")
+        body = data[_CKPT_HEAD.size :]
+        if len(body) != length:
+            raise StateError(f"{path.name}: body is {len(body)} bytes, header says {length}")
+        if zlib.crc32(body) != crc:
+            raise StateError(f"{path.name}: checksum mismatch")
+        try:
+            payload = msgpack.unpackb(body, raw=False, strict_map_key=False)
+        except (ValueError, TypeError, msgpack.UnpackException) as e:
+            raise StateError(f"{path.name}: undecodable ({type(e).__name__})") from e
+        if not isinstance(payload, dict):
+            raise StateError(f"{path.name}: payload is not a map")
+        return payload
+
+    def clean_temporaries(self) -> None:
+        for tmp in self.dir.glob(".checkpoint-*.tmp"):
+            tmp.unlink(missing_ok=True)
