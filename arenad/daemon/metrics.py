@@ -29,7 +29,7 @@ _log = structlog.get_logger("arenad.metrics")
 #: dashboard never sees a tier vanish and reappear.
 TIER_LABELS: tuple[str, ...] = (*TIER_NAMES, "unplaced")
 
-# One event applies in a few µs at 100k players (bench/); the top buckets catch GC pauses.
+# One event applies in about 10 µs at 100k players (bench/); the top buckets catch GC pauses.
 UPDATE_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2)
 # A rank lookup is O(log P); a top-1000 or a full-ladder query may take most of a second.
 QUERY_BUCKETS = (
@@ -110,7 +110,7 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
         "arenad_checkpoint_failures", "Checkpoints that failed to write.", value=snap.checkpoint_failures
     )
     yield GaugeMetricFamily(
-        "arenad_journal_bytes", "Size of the journal since the last checkpoint.", value=snap.journal_bytes
+        "arenad_journal_bytes", "Bytes appended to the journal by this process.", value=snap.journal_bytes
     )
     yield CounterMetricFamily(
         "arenad_recovery_truncations",
@@ -164,7 +164,7 @@ class Metrics:
         self.registry = CollectorRegistry() if registry is None else registry
         self.update_seconds = Histogram(
             "arenad_update_seconds",
-            "Time to apply one event to the ratings.",
+            "Time to apply one event to the ratings (the engine may time only a sample of events).",
             buckets=UPDATE_BUCKETS,
             registry=self.registry,
         )

@@ -69,7 +69,7 @@ _CLOSE_TIMEOUT = 1.0  # seconds to flush on close before the transport is aborte
 _SHOW = 40  # characters of a client-supplied value quoted back in an error message
 
 
-class _BadRequest(Exception):
+class _RequestError(Exception):
     """A request the client got wrong; the message is sent back as is.
 
     Private flow control inside ``handle_line``: it never leaves this module, so it is not part
@@ -119,10 +119,10 @@ class QueryHandler:
             label = op
             unknown = sorted(set(request) - _COMMON_FIELDS - _FIELDS[op])
             if unknown:
-                raise _BadRequest(f"unknown field {_show(unknown[0])} for op {op!r}")
+                raise _RequestError(f"unknown field {_show(unknown[0])} for op {op!r}")
             body = self._ops[op](self._engine(), request)
             out = _encode({"ok": True, "op": op, **head, **body})
-        except _BadRequest as e:
+        except _RequestError as e:
             out = _encode({"ok": False, **head, "error": str(e)})
         except Exception as e:  # every failure becomes a response; the connection goes on
             self._internal_error(label, e)
@@ -272,73 +272,73 @@ def _parse(line: bytes) -> dict[str, Any]:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise _BadRequest(f"request is not valid UTF-8 (byte {e.start})") from e
+        raise _RequestError(f"request is not valid UTF-8 (byte {e.start})") from e
     text = text.strip()
     if not text:
-        raise _BadRequest('empty request: expected a JSON object such as {"op": "stats"}')
+        raise _RequestError('empty request: expected a JSON object such as {"op": "stats"}')
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
     except RecursionError as e:
-        raise _BadRequest("invalid JSON: nested too deeply") from e
+        raise _RequestError("invalid JSON: nested too deeply") from e
     except ValueError as e:
-        raise _BadRequest(f"invalid JSON: {e}") from e
+        raise _RequestError(f"invalid JSON: {e}") from e
     if not isinstance(obj, dict):
-        raise _BadRequest(f"request must be a JSON object, got {_kind(obj)}")
+        raise _RequestError(f"request must be a JSON object, got {_kind(obj)}")
     return obj
 
 
 def _request_id(value: object) -> str | int:
     if isinstance(value, str):
         if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-            raise _BadRequest(f"field 'id' is longer than {MAX_NAME_BYTES} UTF-8 bytes")
+            raise _RequestError(f"field 'id' is longer than {MAX_NAME_BYTES} UTF-8 bytes")
         return value
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63:
         return value
-    raise _BadRequest(f"field 'id' must be a string or a 64-bit integer, got {_kind(value)}")
+    raise _RequestError(f"field 'id' must be a string or a 64-bit integer, got {_kind(value)}")
 
 
 def _op(request: dict[str, Any]) -> str:
     if "op" not in request:
-        raise _BadRequest(f"missing field 'op' (one of: {', '.join(OPS)})")
+        raise _RequestError(f"missing field 'op' (one of: {', '.join(OPS)})")
     op = request["op"]
     if not isinstance(op, str):
-        raise _BadRequest(f"field 'op' must be a string, got {_kind(op)}")
+        raise _RequestError(f"field 'op' must be a string, got {_kind(op)}")
     if op not in _FIELDS:
-        raise _BadRequest(f"unknown op {_show(op)} (one of: {', '.join(OPS)})")
+        raise _RequestError(f"unknown op {_show(op)} (one of: {', '.join(OPS)})")
     return op
 
 
 def _player(eng: Engine, req: dict[str, Any], key: str, *, say_field: bool = False) -> int:
     """The engine id of the player named in ``req[key]``."""
     if key not in req:
-        raise _BadRequest(f"missing field {key!r}")
+        raise _RequestError(f"missing field {key!r}")
     name = req[key]
     if not isinstance(name, str) or not name:
         got = "an empty string" if name == "" else _kind(name)
-        raise _BadRequest(f"field {key!r} must be a non-empty player name, got {got}")
+        raise _RequestError(f"field {key!r} must be a non-empty player name, got {got}")
     # surrogatepass: measured the way the event decoder measures names (arenad.core.events).
     size = len(name.encode("utf-8", "surrogatepass"))
     if size > MAX_NAME_BYTES:
-        raise _BadRequest(
+        raise _RequestError(
             f"field {key!r} is {size} UTF-8 bytes long; a player name has at most {MAX_NAME_BYTES}"
         )
     i = eng.ids.get(name)
     if i is None:
-        raise _BadRequest(f"unknown player {name!r}" + (f" (field {key!r})" if say_field else ""))
+        raise _RequestError(f"unknown player {name!r}" + (f" (field {key!r})" if say_field else ""))
     return i
 
 
 def _int(req: dict[str, Any], key: str, lo: int, hi: int | None, default: int | None = None) -> int:
     if key not in req:
         if default is None:
-            raise _BadRequest(f"missing field {key!r}")
+            raise _RequestError(f"missing field {key!r}")
         return default
     v = req[key]
     if isinstance(v, bool) or not isinstance(v, int):
-        raise _BadRequest(f"field {key!r} must be an integer, got {_kind(v)}")
+        raise _RequestError(f"field {key!r} must be an integer, got {_kind(v)}")
     if v < lo or (hi is not None and v > hi):
         want = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
-        raise _BadRequest(f"field {key!r} must be {want}, got {_show(v)}")
+        raise _RequestError(f"field {key!r} must be {want}, got {_show(v)}")
     return v
 
 

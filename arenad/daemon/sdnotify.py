@@ -27,8 +27,8 @@ def notify(message: str) -> bool:
             sock.connect(address)
             sock.sendall(message.encode("utf-8"))
     except (OSError, ValueError):
-        # OSError: socket gone or refused; ValueError: a NUL in the path, or a lone surrogate in
-        # the message (UnicodeEncodeError).
+        # OSError: socket gone, refused or of the wrong type; ValueError: a message that is not
+        # encodable (UnicodeEncodeError from a lone surrogate).
         return False
     return True
 

@@ -17,6 +17,7 @@ source was told is done survives ``kill -9``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import signal
@@ -231,7 +232,8 @@ class Daemon:
         now = time.time()
         records: list[Record] = []
         for batch in batches:
-            self.received[batch.source] += len(batch.items)
+            if batch.items:
+                self.received[batch.source] += len(batch.items)
             for item in batch.items:
                 if isinstance(item, Reject):
                     self._count_reject(item, batch.source)
@@ -393,6 +395,9 @@ class Daemon:
         log.info("stop_requested", queued=self.queue.qsize())
         if udp is not None:
             udp.close()  # no new datagrams; what is queued is still applied
+        # Wake the engine task if it is waiting on an empty queue (a full queue wakes it anyway).
+        with contextlib.suppress(asyncio.QueueFull):
+            self.queue.put_nowait(Batch(source="control", items=[]))
 
 
 def run_daemon(settings: Settings) -> int:

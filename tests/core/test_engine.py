@@ -305,3 +305,52 @@ class TestQueries:
         assert eng.around(by_mu[0], 3) == by_mu[:4]
         assert eng.top(0) == []
         assert eng.ladder_is_consistent()
+
+
+class TestStateExport:
+    """export_state / from_state continue bit-identically, and refuse what they cannot load."""
+
+    def test_round_trip_mid_stream_continues_identically(self) -> None:
+        import msgpack
+
+        from arenad.simulate import Population, event_stream
+
+        events = event_stream(Population(players=60, days=4, seed=8))
+        half = len(events) // 2
+        straight = Engine()
+        first = Engine()
+        for ev in events[:half]:
+            straight.feed(*ev)
+            first.feed(*ev)
+        wire = msgpack.unpackb(msgpack.packb(first.export_state()), raw=False, strict_map_key=False)
+        resumed = Engine.from_state(wire)
+        assert snapshot(resumed) == snapshot(first)
+        for ev in events[half:]:
+            assert straight.feed(*ev) is resumed.feed(*ev)
+        assert snapshot(resumed) == snapshot(straight)
+        assert resumed.tier_info() == straight.tier_info()
+        assert list(resumed.ladder_ids()) == list(straight.ladder_ids())
+        assert (resumed.applied, resumed.filtered, resumed.clock) == (straight.applied, straight.filtered, straight.clock)
+
+    def test_structural_parameter_change_is_refused(self) -> None:
+        eng = busy_engine(players=10, events=200)
+        with pytest.raises(ValueError, match="window_len"):
+            Engine.from_state(eng.export_state(), ADRParams(window_len=10))
+
+    def test_other_parameters_may_change(self) -> None:
+        eng = busy_engine(players=10, events=200)
+        resumed = Engine.from_state(eng.export_state(), ADRParams(c_loss=0.9))
+        assert resumed.params.c_loss == 0.9
+        assert snapshot(resumed) == snapshot(eng)
+
+    @pytest.mark.parametrize("field", ["version", "byteorder", "columns"])
+    def test_damaged_state_is_refused(self, field: str) -> None:
+        state = busy_engine(players=10, events=200).export_state()
+        if field == "version":
+            state["version"] = 99
+        elif field == "byteorder":
+            state["byteorder"] = "middle"
+        else:
+            state["columns"]["sigma"] = state["columns"]["sigma"][:-8]
+        with pytest.raises(ValueError):
+            Engine.from_state(state)
