@@ -164,6 +164,10 @@ class QuerySettings:
     max_top: int = 1000  # largest n for top / around
     display_k: float = 3.0  # conservative display rating = mu - display_k * sigma
 
+    @property
+    def tcp_enabled(self) -> bool:
+        return not _off(self.listen)
+
     def problems(self) -> list[ConfigProblem]:
         out: list[ConfigProblem] = []
         if _need_str(out, "query", self, "listen") and not _off(self.listen):

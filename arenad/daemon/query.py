@@ -125,7 +125,7 @@ class QueryHandler:
         except _RequestError as e:
             out = _encode({"ok": False, **head, "error": str(e)})
         except Exception as e:  # every failure becomes a response; the connection goes on
-            self._internal_error(label, e)
+            self.internal_error(label, e)
             out = _encode({"ok": False, **head, "error": "internal error"})
         self._record(label, time.perf_counter() - started)
         return out
@@ -246,7 +246,8 @@ class QueryHandler:
             )
         return rows
 
-    def _internal_error(self, op: str, e: Exception) -> None:
+    def internal_error(self, op: str, e: Exception) -> None:
+        """Count a failure and log it the first time this kind is seen (``query_failed``)."""
         self.internal_errors += 1
         key = (op, type(e).__qualname__)
         if key not in self._logged:
@@ -259,7 +260,7 @@ class QueryHandler:
         try:
             self._observe(op, seconds)
         except Exception as e:  # a metrics failure must not turn into a failed query
-            self._internal_error(f"observe:{op}", e)
+            self.internal_error(f"observe:{op}", e)
 
 
 # ---------------------------------------------------------------------------- request parsing
@@ -415,7 +416,9 @@ class LineSplitter:
         while True:
             nl = buf.find(b"\n", start)
             if nl < 0:
-                if not self._skipping and len(buf) > self.max_line:
+                # Over the limit already, unless the one extra byte is the "\r" of a "\r\n".
+                too_long = len(buf) > self.max_line + buf.endswith(b"\r")
+                if too_long and not self._skipping:
                     out.append(_TOO_LONG)
                     self._skipping = True
                 if self._skipping:
@@ -455,8 +458,7 @@ class _Connections:
         self.tasks.add(task)  # close_servers cancels these: nothing outlives the servers
         try:
             if self.active >= self.settings.max_connections:
-                writer.write(error_line(f"too many connections (limit {self.settings.max_connections})"))
-                await _drain(writer, _REFUSE_TIMEOUT)
+                await _refuse(reader, writer, self.settings.max_connections)
                 return
             self.active += 1
             try:
@@ -467,6 +469,8 @@ class _Connections:
                 self.active -= 1
         except OSError:
             pass  # the client went away mid-reply: nothing to answer any more
+        except Exception as e:  # a bug here ends this connection only, and is logged once
+            self.handler.internal_error("connection", e)
         finally:
             self.tasks.discard(task)
             await _close(writer)
@@ -509,6 +513,22 @@ class _Connections:
                     slice_start = loop.time()
             if not data:
                 return  # end of input; the last reply has been handed to the transport
+
+
+async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int) -> None:
+    """Answer one line and end the connection, so that the client can read the answer."""
+    writer.write(error_line(f"too many connections (limit {limit})"))
+    if not await _drain(writer, _REFUSE_TIMEOUT):
+        return
+    writer.write_eof()
+    # Closing while the client's request is still unread would send a reset, and a reset can
+    # destroy our answer before the client reads it; so read (and drop) until the client closes.
+    try:
+        async with asyncio.timeout(_REFUSE_TIMEOUT):
+            while await reader.read(_CHUNK):
+                pass
+    except TimeoutError:
+        pass
 
 
 async def _drain(writer: asyncio.StreamWriter, timeout: float) -> bool:
@@ -555,6 +575,7 @@ async def serve_query(handler: QueryHandler, settings: QuerySettings) -> list[as
     connections = _Connections(handler, settings)
     servers: list[asyncio.Server] = []
     try:
+        # _off: exactly the "disabled" spellings check-config accepts for query.listen.
         if not _off(settings.listen):
             host, port = parse_hostport(settings.listen)
             server = await asyncio.start_server(connections.serve, host, port)

@@ -5,7 +5,8 @@ Layout of the state directory::
     checkpoint-000000000042.ckpt   newest valid one wins; older ones are the fallback
     journal-000000000043.log       records with sequence numbers from 43 on
 
-A journal record is ``u32 length | u32 crc32 | msgpack [seq, t, attacker, victim, server, id]``.
+A journal record is ``u32 length | u32 crc32 | msgpack [first_seq, [[t, attacker, victim,
+server, id], ...]]``: a chunk of consecutive accepted events.
 Start-up loads the newest checkpoint that verifies (a corrupt one is skipped, logged, counted),
 then re-applies every journal record with a higher sequence number; a torn tail (a record cut
 short or failing its checksum at the end of the last segment) is cut at the last whole record.
@@ -33,7 +34,7 @@ _RECORD_HEAD = struct.Struct("<II")  # length, crc32
 _CKPT_MAGIC = b"ARENADCK"
 _CKPT_HEAD = struct.Struct("<8sIIQ")  # magic, format version, crc32 of body, body length
 CHECKPOINT_FORMAT = 1
-MAX_RECORD = 1 << 16
+MAX_RECORD = 1 << 26
 
 
 class StateError(ArenadError):
@@ -60,9 +61,18 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def encode_record(rec: Record) -> bytes:
-    body = msgpack.packb(list(rec), use_bin_type=True)
+def encode_chunk(records: list[Record]) -> bytes:
+    """One journal record holding consecutive events: ``[first_seq, [[t, a, v, s, id], ...]]``.
+
+    Events are journaled in chunks (one per engine step) so one checksum and one msgpack call
+    cover many events; the sequence numbers inside a chunk are implied and consecutive.
+    """
+    body = msgpack.packb([records[0][0], [list(r[1:]) for r in records]], use_bin_type=True)
     return _RECORD_HEAD.pack(len(body), zlib.crc32(body)) + body
+
+
+def encode_record(rec: Record) -> bytes:
+    return encode_chunk([rec])
 
 
 def read_records(data: bytes) -> tuple[list[Record], int]:
@@ -79,10 +89,14 @@ def read_records(data: bytes) -> tuple[list[Record], int]:
         if zlib.crc32(body) != crc:
             break
         try:
-            seq, t, attacker, victim, server, event_id = msgpack.unpackb(body, raw=False)
+            first, rows = msgpack.unpackb(body, raw=False)
+            chunk = [
+                (int(first) + k, float(t), str(attacker), str(victim), server, event_id)
+                for k, (t, attacker, victim, server, event_id) in enumerate(rows)
+            ]
         except (ValueError, TypeError, msgpack.UnpackException):
             break
-        out.append((int(seq), float(t), str(attacker), str(victim), server, event_id))
+        out.extend(chunk)
         pos = start + length
     return out, pos
 
@@ -121,7 +135,7 @@ class Journal:
         """Write records (no fsync); returns the bytes written."""
         if self._file is None:
             raise StateError("journal is not open")
-        data = b"".join(encode_record(r) for r in records)
+        data = encode_chunk(records)
         self._file.write(data)
         self.bytes_written += len(data)
         return len(data)

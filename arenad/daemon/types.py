@@ -29,6 +29,9 @@ class Batch:
     items: list[KillEvent | Reject]
     server: str | None = None
     done: Callable[[], None] | None = None
+    #: An undecoded msgpack payload (UDP): decoded by the engine task, in slices between which
+    #: queries are served, instead of in the datagram callback where a burst would stall them.
+    payload: bytes | None = None
 
 
 @dataclass(slots=True)

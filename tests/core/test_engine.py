@@ -330,7 +330,11 @@ class TestStateExport:
         assert snapshot(resumed) == snapshot(straight)
         assert resumed.tier_info() == straight.tier_info()
         assert list(resumed.ladder_ids()) == list(straight.ladder_ids())
-        assert (resumed.applied, resumed.filtered, resumed.clock) == (straight.applied, straight.filtered, straight.clock)
+        assert (resumed.applied, resumed.filtered, resumed.clock) == (
+            straight.applied,
+            straight.filtered,
+            straight.clock,
+        )
 
     def test_structural_parameter_change_is_refused(self) -> None:
         eng = busy_engine(players=10, events=200)

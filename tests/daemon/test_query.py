@@ -407,6 +407,11 @@ class TestLineSplitter:
         assert s._buf == bytearray()  # nothing of a skipped line is kept
         assert s.feed(b"kl\nok\n") == [b"ok"]
 
+    def test_a_pending_carriage_return_is_not_counted(self) -> None:
+        s = LineSplitter(4)
+        assert s.feed(b"abcd\r") == []
+        assert s.feed(b"\n") == [b"abcd\r"]
+
     def test_unterminated_over_long_tail_is_not_a_request(self) -> None:
         s = LineSplitter(4)
         assert s.feed(b"abcdefgh") == [None]
@@ -535,6 +540,34 @@ class TestTcp:
                 assert await closed_by_server(reader)
 
         run(main)
+
+    def test_a_bug_ends_one_connection_is_logged_and_the_server_goes_on(
+        self, engine: Engine, logs: list[MutableMapping[str, Any]]
+    ) -> None:
+        class Fragile(QueryHandler):
+            """Fails on one request line, as a bug in the handler would."""
+
+            def handle_line(self, line: bytes) -> bytes:
+                if b"crash" in line:
+                    raise KeyError("bug")
+                return super().handle_line(line)
+
+        fragile = Fragile(lambda: engine, QuerySettings())
+
+        async def main() -> None:
+            async with running(fragile) as servers:
+                port = tcp_port(servers)
+                async with connected(port) as (reader, writer):
+                    await send(writer, b"crash\n")
+                    assert await closed_by_server(reader)
+                async with connected(port) as (reader, writer):
+                    await send(writer, b'{"op": "stats"}\n')
+                    assert (await reply(reader))["internal_errors"] == 1
+
+        run(main)
+        assert [(e["event"], e["op"]) for e in logs if e["event"] == "query_failed"] == [
+            ("query_failed", "connection")
+        ]
 
     def test_close_servers_ends_open_connections(self, handler: QueryHandler) -> None:
         async def main() -> None:
@@ -793,6 +826,22 @@ class TestQueryCommand:
                 assert json.loads(out) == {"ok": False, "error": "unknown player 'ghost'"}
                 code, out, _ = await query(capsys, tcp_port(servers), "top", "0")
                 assert (code, json.loads(out)["ok"]) == (1, False)
+
+        run(main)
+
+    def test_a_full_server_answers_and_exits_1(
+        self, handler: QueryHandler, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        async def main() -> None:
+            async with running(handler, max_connections=1) as servers:
+                port = tcp_port(servers)
+                async with connected(port) as (reader, writer):
+                    await send(writer, b'{"op": "stats"}\n')
+                    await reply(reader)  # this one holds the only slot
+                    for _ in range(20):  # the request is sent before the refusal: no reset race
+                        code, out, err = await query(capsys, port, "stats")
+                        assert (code, err) == (1, "")
+                        assert json.loads(out) == {"ok": False, "error": "too many connections (limit 1)"}
 
         run(main)
 

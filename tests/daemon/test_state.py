@@ -19,6 +19,14 @@ def records(first: int, n: int) -> list[Record]:
 class TestJournal:
     """Whole records come back; a torn tail is cut; damage in the middle stops recovery."""
 
+    def test_a_chunk_keeps_consecutive_sequence_numbers(self, tmp_path: Path) -> None:
+        j = Journal(tmp_path)
+        j.open_segment(7)
+        j.append(records(7, 4))
+        j.close()
+        got, _ = Journal(tmp_path).replay_after(0)
+        assert list(got) == records(7, 4)
+
     def test_round_trip_across_segments(self, tmp_path: Path) -> None:
         j = Journal(tmp_path)
         j.open_segment(1)
@@ -49,7 +57,8 @@ class TestJournal:
     def test_flipped_byte_in_the_tail_record_is_cut(self, tmp_path: Path) -> None:
         j = Journal(tmp_path)
         j.open_segment(1)
-        j.append(records(1, 3))
+        for rec in records(1, 3):  # three chunks of one event each
+            j.append([rec])
         j.close()
         path = tmp_path / Journal.segment_name(1)
         data = bytearray(path.read_bytes())

@@ -12,7 +12,7 @@ import socket
 from collections import Counter
 from collections.abc import Sequence
 
-from arenad.core.events import KillEvent, Reject, RejectReason
+from arenad.core.events import Reject, RejectReason
 from arenad.daemon.config import UdpSettings, parse_hostport
 from arenad.daemon.types import Batch
 from arenad.decode import decode_msgpack
@@ -51,18 +51,18 @@ class UdpSource(asyncio.DatagramProtocol):
         return ok
 
     def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
-        items: list[KillEvent | Reject]
         if not self._allowed(str(addr[0])):
-            items = [Reject(RejectReason.UNAUTHORISED, f"source {addr[0]} is not in udp.allow")]
+            batch = Batch("udp", [Reject(RejectReason.UNAUTHORISED, f"source {addr[0]} is not in udp.allow")])
         elif len(data) > self.settings.max_datagram:
-            items = [Reject(RejectReason.OVERSIZE, f"datagram of {len(data)} bytes")]
+            batch = Batch("udp", [Reject(RejectReason.OVERSIZE, f"datagram of {len(data)} bytes")])
         else:
-            items = list(decode_msgpack(data))
-        batch = Batch(source="udp", items=items)
+            batch = Batch("udp", [], payload=data)  # decoded by the engine task
         try:
             self.queue.put_nowait(batch)
         except asyncio.QueueFull:
-            self.dropped["udp"] += len(items)
+            # Uncounted events are unknowable without decoding; count the datagram's events
+            # cheaply by decoding only now, on this rare path.
+            self.dropped["udp"] += len(batch.items) or sum(1 for _ in decode_msgpack(data))
 
     def error_received(self, exc: Exception) -> None:  # pragma: no cover - ICMP noise on loopback
         pass

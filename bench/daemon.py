@@ -1,0 +1,165 @@
+"""End-to-end benchmark: a real ``arenad run`` process fed over UDP or MQTT QoS 1, queried meanwhile.
+
+Run:  .venv/bin/python -m bench.daemon [--players 10000,100000] [--events 300000] [--mqtt]
+
+For each population: start a daemon on a fresh state directory, introduce every player, then send
+the main stream as fast as the daemon takes it (UDP: msgpack arrays of 50 events per datagram,
+paced by watching the daemon's queue so nothing is dropped; MQTT: QoS 1 messages of 50 events,
+each waiting for its PUBACK from the broker) while a second thread issues ``get`` queries and
+times them. Prints events/s (from the daemon's own applied counter), query p50/p99 and drops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from daemon_harness import DaemonProcess
+
+BATCH = 50
+
+
+def stream(players: int, events: int, seed: int, t0: float) -> list[dict[str, Any]]:
+    from arenad.daemon.emit import simulated_kills  # noqa: PLC0415
+
+    # 1 ms apart in event time: busy, mostly past the cooldown for a given pair at 10k+ players.
+    return list(simulated_kills(players, events, seed=seed, start=t0, rate=1000.0))
+
+
+def send_udp(d: DaemonProcess, evs: list[dict[str, Any]]) -> None:
+    addr = d.addr("udp")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for k in range(0, len(evs), BATCH):
+            s.sendto(msgpack.packb(evs[k : k + BATCH]), addr)
+            if k % (BATCH * 200) == 0:
+                # Stay under the daemon's queue (UDP cannot be paused): wait while it is deep.
+                while d.stats()["queue_depth"] > 200:
+                    time.sleep(0.001)
+
+
+def send_mqtt(url: str, topic: str, evs: list[dict[str, Any]]) -> None:
+    from arenad.daemon.emit import emit_mqtt  # noqa: PLC0415
+
+    emit_mqtt(url, topic, iter(evs), batch=BATCH)
+
+
+def query_load(addr: tuple[str, int], names: list[str], stop: Any, out: Any) -> None:
+    """In its own process (so the sender's GIL cannot delay it): time ``get`` round trips."""
+    lat: list[float] = []
+    with socket.create_connection(addr, timeout=10) as s:
+        f = s.makefile("rwb")
+        k = 0
+        while not stop.is_set():
+            req = json.dumps({"op": "get", "player": names[k % len(names)]}).encode() + b"\n"
+            t0 = time.perf_counter()
+            f.write(req)
+            f.flush()
+            f.readline()
+            lat.append(time.perf_counter() - t0)
+            k += 1
+            time.sleep(0.002)
+    out.send(lat)
+
+
+def run_one(players: int, events: int, mqtt: str | None, workdir: Path) -> dict[str, Any]:
+    state = workdir / f"state-{players}-{'mqtt' if mqtt else 'udp'}"
+    d = DaemonProcess(state)
+    d.start(mqtt=mqtt)
+    try:
+        t0 = time.time() - 3600
+        intro = [
+            {"t": t0 + i * 0.001, "attacker": f"player{i:06d}", "victim": f"player{(i + 1) % players:06d}"}
+            for i in range(players)
+        ]
+        send_udp(d, intro)
+        d.wait_for(lambda s: s["journal_seq"] >= players, timeout=600)
+        evs = stream(players, events, seed=7, t0=t0 + players * 0.001 + 1)
+        for e in evs:  # the simulated names use 4 digits; widen to the intro's 6
+            e["attacker"] = "player" + e["attacker"][6:].zfill(6)
+            e["victim"] = "player" + e["victim"][6:].zfill(6)
+        names = [f"player{i:06d}" for i in range(0, players, max(1, players // 1000))]
+        ctx = multiprocessing.get_context("fork")
+        stop = ctx.Event()
+        receiver, sender = ctx.Pipe(duplex=False)
+        qproc = ctx.Process(target=query_load, args=(d.addr("query"), names, stop, sender))
+        base = d.stats()["journal_seq"]
+        qproc.start()
+        started = time.perf_counter()
+        if mqtt:
+            send_mqtt(mqtt, "arena/bench-1/kills", evs)
+        else:
+            send_udp(d, evs)
+        final = d.wait_for(lambda s: s["journal_seq"] - base >= len(evs), timeout=900)
+        elapsed = time.perf_counter() - started
+        stop.set()
+        lat: list[float] = sorted(receiver.recv()) if receiver.poll(30) else []
+        qproc.join(10)
+        return {
+            "players": players,
+            "source": "mqtt" if mqtt else "udp",
+            "events": len(evs),
+            "events_per_s": round(len(evs) / elapsed, 1),
+            "query_p50_ms": round(1000 * lat[len(lat) // 2], 3) if lat else None,
+            "query_p99_ms": round(1000 * lat[int(len(lat) * 0.99)], 3) if lat else None,
+            "query_mean_ms": round(1000 * statistics.fmean(lat), 3) if lat else None,
+            "queries": len(lat),
+            "dropped": final["dropped"],
+            "applied": final["applied"],
+        }
+    finally:
+        d.stop(60)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.daemon", description=__doc__)
+    ap.add_argument("--players", default="10000,100000")
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--mqtt", action="store_true", help="also run through a local mosquitto (QoS 1)")
+    args = ap.parse_args(argv)
+    results = []
+    workdir = Path(tempfile.mkdtemp(prefix="arenad-bench-"))
+    broker: subprocess.Popen[bytes] | None = None
+    try:
+        mqtt_url = None
+        if args.mqtt:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            conf = workdir / "mosquitto.conf"
+            conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\n")
+            broker = subprocess.Popen(["mosquitto", "-c", str(conf)], stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+            mqtt_url = f"mqtt://127.0.0.1:{port}"
+        for p in (int(x) for x in args.players.split(",")):
+            for src in [None, mqtt_url] if mqtt_url else [None]:
+                r = run_one(p, args.events, src, workdir)
+                results.append(r)
+                print(
+                    f"{r['source']:>4} P={r['players']:>7,}  {r['events_per_s']:>9,.0f} events/s  "
+                    f"query p50 {r['query_p50_ms']} ms  p99 {r['query_p99_ms']} ms  dropped {r['dropped']}",
+                    flush=True,
+                )
+    finally:
+        if broker is not None:
+            broker.terminate()
+            broker.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
