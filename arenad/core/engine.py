@@ -27,6 +27,7 @@ import math
 import sys
 from array import array
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
@@ -87,6 +88,20 @@ class PlayerView:
     rank: int
     returning_left: int
     active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RecalibrationPlan:
+    """What a recalibration will set (internal rating units), computed without mutating."""
+
+    now: float
+    offset: float
+    r_lo: float
+    r_hi: float
+    sum_r_all: float
+    sum_r_active: float
+    sum_sigma: float
+    bounds: list[float] | None  # new B_1..B_14, or None when |A| < P_min
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +173,7 @@ class Engine:
         self._r_hi = p.mu_max
         # §2.1 cooldown: (attacker_id << 32 | victim_id) -> time of the last counted kill.
         self._cooldown: dict[int, float] = {}
-        self._cooldown_prune_at = 1 << 16
+        self._cooldown_log: deque[tuple[float, int]] = deque()  # (time, pair) in time order
         self.clock = -_INF
         self.next_recalibration = -_INF
         # Counters.
@@ -273,9 +288,20 @@ class Engine:
                 a = self._add_player(attacker)
             if b is None:
                 b = self._add_player(victim)
-        cooldown[(a << _ID_BITS) | b] = t
-        if len(cooldown) > self._cooldown_prune_at:
-            self._prune_cooldown(t)
+        pair = (a << _ID_BITS) | b
+        cooldown[pair] = t
+        # Forget pairs whose last counted kill left the cooldown window, a few per event: the
+        # log is in time order, so this keeps the map at "pairs seen in the last t_cooldown"
+        # without ever pausing to sweep it.
+        log = self._cooldown_log
+        log.append((t, pair))
+        horizon = t - self.params.t_cooldown
+        for _ in range(4):
+            if not log or log[0][0] > horizon:
+                break
+            old_t, old_pair = log.popleft()
+            if cooldown.get(old_pair) == old_t:
+                del cooldown[old_pair]
         # Every parameter the update needs, derived once in __init__ (one unpack is much
         # cheaper than thirty attribute lookups on the hot path).
         (
@@ -571,25 +597,24 @@ class Engine:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
         return outcome
 
-    def _prune_cooldown(self, t: float) -> None:
-        horizon = t - self.params.t_cooldown
-        cd = self._cooldown
-        self._cooldown = {k: v for k, v in cd.items() if v > horizon}
-        self._cooldown_prune_at = max(1 << 16, 2 * len(self._cooldown))
+    def recalibration_due_before(self, attacker: str, victim: str, t: float) -> bool:
+        """Whether ``feed`` would recalibrate before applying this event.
 
-    def feed(self, attacker: str, victim: str, t: float) -> Outcome:
-        """``apply`` preceded by any recalibration that is due at ``t``: the replay contract.
-
-        Recalibration runs *before* the first valid event at or after each scheduled time, so any
-        two consumers of the same event stream (replay, the daemon) recalibrate at the same
-        points. A rejected event never triggers one.
+        Recalibration runs *before* the first valid event at or after each scheduled time, so
+        any two consumers of the same event stream (replay, the daemon) recalibrate at the same
+        points. A rejected event never triggers one. The daemon asks this first so that it can
+        run ``recalibrate`` in a worker thread and keep serving queries meanwhile.
         """
-        if (
+        return (
             t >= self.next_recalibration
             and attacker != victim
             and isfinite(t)
             and t >= self.clock - self.params.late_tolerance
-        ):
+        )
+
+    def feed(self, attacker: str, victim: str, t: float) -> Outcome:
+        """``apply`` preceded by any recalibration that is due at ``t``: the replay contract."""
+        if self.recalibration_due_before(attacker, victim, t):
             self.recalibrate(t)
         return self.apply(attacker, victim, t)
 
@@ -599,50 +624,83 @@ class Engine:
         return t >= self.next_recalibration
 
     def recalibrate(self, t: float | None = None) -> None:
-        """§6.3 boundaries, the scale anchor and housekeeping, at event time ``t``.
+        """§6.3 boundaries and the scale anchor at event time ``t``, all in one call.
 
-        Replay and the daemon call this at the same event-time points (every
-        ``recalibrate_interval`` seconds of event time) so that both reach the same state.
+        Replay and the daemon recalibrate at the same event-time points (every
+        ``recalibrate_interval`` seconds of event time) so that both reach the same state. The
+        daemon runs the same three steps with the middle one in a worker thread.
         """
-        p = self.params
+        now = self.begin_recalibration(t)
+        if now is not None:
+            self.finish_recalibration(self.plan_recalibration(now))
+
+    def begin_recalibration(self, t: float | None = None) -> float | None:
+        """Step 1 (mutates): move the clock, schedule the next one, expire activity (§2.3).
+
+        Returns the recalibration time, or None when there is nobody to calibrate.
+        """
         now = self.clock if t is None else max(t, self.clock)
-        # Recalibrating at `now` means time has reached `now`: activity expires and the cooldown
-        # is pruned as of then, so the clock moves too (later late events are applied at it).
+        # Recalibrating at `now` means time has reached `now`: activity expires as of then, so
+        # the clock moves too (later late events are applied at it).
         if math.isfinite(now):
             self.clock = now
-        self.next_recalibration = now + p.recalibrate_interval
+        self.next_recalibration = now + self.params.recalibrate_interval
         if not self.names:
-            return
+            return None
         if self._expiry and self._expiry[0][0] <= now:
             self._expire(now)
+        return now
+
+    def plan_recalibration(self, now: float) -> RecalibrationPlan:
+        """Step 2 (reads only, numpy; safe in a worker thread while others only read)."""
+        p = self.params
         r = np.frombuffer(self._r, dtype=np.float64)
         sigma = np.frombuffer(self._sigma, dtype=np.float64)
         mask = np.frombuffer(self._active, dtype=np.uint8).astype(bool)
-        active_r = r[mask] if self._n_active > 0 else r
-        # Exact sums, so incremental rounding never accumulates between recalibrations.
-        self._sum_r_all = math.fsum(r.tolist()) if len(r) < 4096 else float(np.sum(r))
-        self._sum_sigma = float(np.sum(sigma))
-        self._sum_r_active = float(np.sum(r[mask])) if self._n_active > 0 else 0.0
+        has_active = self._n_active > 0
+        offset, r_lo, r_hi = self.offset, self._r_lo, self._r_hi
         if p.anchor:
-            mean = float(np.mean(active_r))
-            self.offset = p.mu0 - mean
-            self._r_lo = p.mu_min - self.offset
-            self._r_hi = p.mu_max - self.offset
-            self._clamp_to_bounds()
-            active_r = r[mask] if self._n_active > 0 else r
+            offset = p.mu0 - float(np.mean(r[mask] if has_active else r))
+            r_lo = p.mu_min - offset
+            r_hi = p.mu_max - offset
+            # The ratings as they will be once the shift has clamped the few beyond the bounds.
+            r = np.clip(r, r_lo, r_hi)
+        active_r = r[mask] if has_active else r
+        bounds: list[float] | None = None
         if len(active_r) >= p.p_min:
             # §6.3: B_k = F^-1(1 - q_k) over the active population, then EMA smoothing. The first
             # calibration replaces the prior boundaries outright (docs/adr.md).
             q = np.cumsum(np.asarray(p.tier_proportions, dtype=np.float64))[: TIER_COUNT - 1]
-            u = np.clip(1.0 - q, 0.0, 1.0)
-            target = np.quantile(active_r, u, method="inverted_cdf").tolist()
+            target = np.quantile(active_r, np.clip(1.0 - q, 0.0, 1.0), method="inverted_cdf").tolist()
             beta = 1.0 if self.calibrations == 0 else p.beta
             old = self._bounds[1:TIER_COUNT]
-            new = [(1.0 - beta) * o + beta * g for o, g in zip(old, target, strict=True)]
-            self._bounds = [_INF, *new, -_INF]
-            self._neg_bounds = [-x for x in new]
+            bounds = [(1.0 - beta) * o + beta * g for o, g in zip(old, target, strict=True)]
+        # Exact sums, so incremental rounding never accumulates between recalibrations.
+        return RecalibrationPlan(
+            now=now,
+            offset=offset,
+            r_lo=r_lo,
+            r_hi=r_hi,
+            sum_r_all=math.fsum(r.tolist()) if len(r) < 4096 else float(np.sum(r)),
+            sum_r_active=float(np.sum(r[mask])) if has_active else 0.0,
+            sum_sigma=float(np.sum(sigma)),
+            bounds=bounds,
+        )
+
+    def finish_recalibration(self, plan: RecalibrationPlan) -> None:
+        """Step 3 (mutates): apply the shift, clamp, sums and boundaries of a plan."""
+        if self.params.anchor:
+            self.offset = plan.offset
+            self._r_lo = plan.r_lo
+            self._r_hi = plan.r_hi
+            self._clamp_to_bounds()
+        self._sum_r_all = plan.sum_r_all
+        self._sum_r_active = plan.sum_r_active
+        self._sum_sigma = plan.sum_sigma
+        if plan.bounds is not None:
+            self._bounds = [_INF, *plan.bounds, -_INF]
+            self._neg_bounds = [-x for x in plan.bounds]
             self.calibrations += 1
-        self._prune_cooldown(now)
 
     def _clamp_to_bounds(self) -> None:
         """After an anchor shift, pull any rating outside [mu_min, mu_max] back onto the bound.
@@ -757,7 +815,7 @@ class Engine:
 
     # ------------------------------------------------------------------ state export / import
     #: Bumped whenever the exported layout changes; import refuses other versions.
-    STATE_VERSION = 1
+    STATE_VERSION = 2
 
     def export_state(self) -> dict[str, Any]:
         """Everything needed to continue exactly where this engine is, as plain values.
@@ -791,7 +849,6 @@ class Engine:
                 "sum_r_active": self._sum_r_active,
                 "n_active": self._n_active,
                 "sum_sigma": self._sum_sigma,
-                "cooldown_prune_at": self._cooldown_prune_at,
                 "applied": self.applied,
                 "filtered": self.filtered,
                 "late_applied": self.late_applied,
@@ -848,6 +905,7 @@ class Engine:
         times = array("d")
         times.frombytes(state["cooldown_t"])
         eng._cooldown = dict(zip(keys, times, strict=True))
+        eng._cooldown_log = deque(sorted((t, k) for k, t in eng._cooldown.items()))
         bounds = [float(b) for b in state["bounds"]]
         eng._bounds = [_INF, *bounds, -_INF]
         eng._neg_bounds = [-b for b in bounds]
@@ -862,7 +920,6 @@ class Engine:
         eng._sum_r_active = sc["sum_r_active"]
         eng._n_active = sc["n_active"]
         eng._sum_sigma = sc["sum_sigma"]
-        eng._cooldown_prune_at = sc["cooldown_prune_at"]
         eng.applied = sc["applied"]
         eng.filtered = sc["filtered"]
         eng.late_applied = sc["late_applied"]

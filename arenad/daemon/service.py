@@ -264,7 +264,15 @@ class Daemon:
             # fsync off the event loop; nothing is applied or acknowledged before it returns.
             await asyncio.to_thread(self.journal.sync)
         observe = self.metrics.update_seconds.observe
+        engine = self.engine
         for k, rec in enumerate(records, start=1):
+            if engine.recalibration_due_before(rec[2], rec[3], rec[1]):
+                # Same point and same result as Engine.feed (and so as replay), but the O(P)
+                # numpy part runs in a worker thread while the loop keeps answering queries;
+                # nothing mutates the engine meanwhile because this task is the only writer.
+                now = engine.begin_recalibration(rec[1])
+                if now is not None:
+                    engine.finish_recalibration(await asyncio.to_thread(engine.plan_recalibration, now))
             self._sample += 1
             if self._sample >= UPDATE_SAMPLE:
                 self._sample = 0

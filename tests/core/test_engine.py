@@ -53,6 +53,19 @@ class TestPreprocessing:
         assert eng.apply("b", "a", T0 + 1) is Outcome.APPLIED
         assert eng.apply("a", "c", T0 + 2) is Outcome.APPLIED
 
+    def test_cooldown_memory_holds_only_the_last_window(self) -> None:
+        """Pairs older than t_cooldown are forgotten as time goes on, without a sweep."""
+        eng = Engine()
+        rng = random.Random(3)
+        t = T0
+        for _ in range(20_000):
+            a, b = rng.sample(range(400), 2)
+            t += 0.5
+            eng.apply(f"p{a}", f"p{b}", t)
+        # 60 s of kills at 2 per second: at most 120 live pairs (+ a few not yet swept).
+        assert len(eng._cooldown) <= 130
+        assert len(eng._cooldown_log) <= 130
+
     def test_cooldown_counts_from_the_last_counted_kill(self) -> None:
         eng = Engine()
         eng.apply("a", "b", T0)
