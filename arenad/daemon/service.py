@@ -270,9 +270,9 @@ class Daemon:
                 # Same point and same result as Engine.feed (and so as replay), but the O(P)
                 # numpy part runs in a worker thread while the loop keeps answering queries;
                 # nothing mutates the engine meanwhile because this task is the only writer.
-                now = engine.begin_recalibration(rec[1])
-                if now is not None:
-                    engine.finish_recalibration(await asyncio.to_thread(engine.plan_recalibration, now))
+                at = engine.begin_recalibration(rec[1])
+                if at is not None:
+                    engine.finish_recalibration(await asyncio.to_thread(engine.plan_recalibration, at))
             self._sample += 1
             if self._sample >= UPDATE_SAMPLE:
                 self._sample = 0
