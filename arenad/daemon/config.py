@@ -102,6 +102,9 @@ class MqttSettings:
     client_id: str = "arenad"  # stable, so the broker keeps our session across restarts
     qos: int = 1
     payload: str = "auto"  # "auto" | "json" | "msgpack"
+    #: Per-topic payload format: (topic filter, "auto" | "json" | "msgpack") pairs, first match
+    #: wins, from the TOML table [mqtt.payload_by_topic]; other topics use `payload`.
+    payload_by_topic: tuple[tuple[str, str], ...] = ()
     keepalive: int = 30
     session_expiry: int = 7 * 86400  # MQTT 5: seconds the broker keeps the session offline
     username: str = ""
@@ -138,6 +141,19 @@ class MqttSettings:
             out.append(ConfigProblem("mqtt.qos", self.qos, "must be 1 (or 0: no delivery guarantee)"))
         if self.payload not in ("auto", "json", "msgpack"):
             out.append(ConfigProblem("mqtt.payload", self.payload, 'must be "auto", "json" or "msgpack"'))
+        if not isinstance(self.payload_by_topic, tuple):
+            out.append(ConfigProblem("mqtt.payload_by_topic", self.payload_by_topic, "must be a table"))
+        else:
+            for pair in self.payload_by_topic:
+                topic, mode = pair if isinstance(pair, tuple) and len(pair) == 2 else ("", "")
+                if not isinstance(topic, str) or not topic or "#" in topic[:-1]:
+                    out.append(ConfigProblem("mqtt.payload_by_topic", topic, "not a valid MQTT topic filter"))
+                if mode not in ("auto", "json", "msgpack"):
+                    out.append(
+                        ConfigProblem(
+                            f"mqtt.payload_by_topic.{topic}", mode, 'must be "auto", "json" or "msgpack"'
+                        )
+                    )
         _need_num(out, "mqtt", self, "keepalive", lo=1, hi=65535, integer=True)
         _need_num(out, "mqtt", self, "session_expiry", lo=0, integer=True)
         for key in ("username", "password_env", "password_file", "tls_ca", "tls_cert", "tls_key"):
@@ -226,7 +242,12 @@ def section_from_mapping(
         if f is None:
             problems.append(ConfigProblem(f"{name}.{key}", raw, "unknown key"))
             continue
-        value = tuple(raw) if isinstance(raw, list) else raw
+        if isinstance(raw, list):
+            value: Any = tuple(raw)
+        elif isinstance(raw, Mapping):
+            value = tuple(raw.items())  # a sub-table: ordered (key, value) pairs
+        else:
+            value = raw
         if f.type == "float" and isinstance(raw, int) and not isinstance(raw, bool):
             try:
                 value = float(raw)

@@ -645,3 +645,26 @@ CHOuasiHlNVIQ/ysN1UCIQDqWOHuchRVTzGfqEmmW4Dmyv1YFgdR46gYXBHEl1yU
 sA==
 -----END CERTIFICATE-----
 """
+
+
+class TestPayloadByTopic:
+    """A per-topic payload format overrides the default; the first matching filter wins."""
+
+    def test_first_matching_filter_wins(self) -> None:
+        from arenad.daemon.sources.mqtt import payload_mode
+        from arenad.settings import Settings
+
+        s = Settings.from_mapping(
+            {"mqtt": {"payload": "auto", "payload_by_topic": {"arena/+/json": "json", "arena/#": "msgpack"}}}
+        ).mqtt
+        assert payload_mode("arena/eu-1/json", s) == "json"
+        assert payload_mode("arena/eu-1/kills", s) == "msgpack"
+        assert payload_mode("other/x", s) == "auto"
+
+    def test_bad_mode_is_a_config_error(self) -> None:
+        from arenad.errors import ConfigError
+        from arenad.settings import Settings
+
+        with pytest.raises(ConfigError) as info:
+            Settings.from_mapping({"mqtt": {"payload_by_topic": {"arena/+/kills": "xml"}}})
+        assert [p.key for p in info.value.problems] == ["mqtt.payload_by_topic.arena/+/kills"]

@@ -129,6 +129,16 @@ def _match(filter_levels: list[str], topic_levels: list[str]) -> object:
     return first_plus if len(filter_levels) == len(topic_levels) else _NO_MATCH
 
 
+def payload_mode(topic: str, settings: MqttSettings) -> str:
+    """The payload format for ``topic``: the first matching ``payload_by_topic`` filter's, else
+    ``settings.payload``."""
+    levels = topic.split("/")
+    for topic_filter, mode in settings.payload_by_topic:
+        if _match(topic_filter.split("/"), levels) is not _NO_MATCH:
+            return mode
+    return settings.payload
+
+
 def server_id_from_topic(topic: str, filters: Sequence[str]) -> str | None:
     """The server id in ``topic``: the level the first ``+`` of the first matching filter matched.
 
@@ -395,7 +405,9 @@ async def _pump(
         ack = _Ack(conn, message.mid, message.qos)
         batch = Batch(
             source="mqtt",
-            items=decode_payload(message.payload, settings.payload, max_payload=settings.max_payload),
+            items=decode_payload(
+                message.payload, payload_mode(message.topic.value, settings), max_payload=settings.max_payload
+            ),
             server=server_id_from_topic(message.topic.value, settings.topics),
             done=ack,
         )
