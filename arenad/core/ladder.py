@@ -75,9 +75,10 @@ class Ladder:
     def _lower(keys: array[float], ids: array[int], key: float, pid: int) -> int:
         """Index of the first entry >= (key, pid) within one block."""
         idx = bisect_left(keys, key)
-        n = len(keys)
-        while idx < n and keys[idx] == key and ids[idx] < pid:  # ties: short runs in practice
-            idx += 1
+        if idx < len(keys) and keys[idx] == key and ids[idx] < pid:
+            # A run of equal keys (common: every first kill between two newcomers ends in the
+            # same two ratings) is sorted by id, so the id is found by bisection too.
+            idx = bisect_left(ids, pid, idx, bisect_right(keys, key, idx))
         return idx
 
     def _locate(self, key: float, pid: int) -> tuple[int, int]:

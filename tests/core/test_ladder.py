@@ -105,3 +105,25 @@ class TestLadderErrors:
             Ladder().first()
         with pytest.raises(IndexError):
             Ladder().last()
+
+
+class TestLongTies:
+    """Thousands of equal ratings (every newcomer-vs-newcomer first kill) stay exact."""
+
+    def test_long_tie_runs_across_blocks(self) -> None:
+        ladder = Ladder(load=16)
+        model: list[tuple[float, int]] = []
+        for pid in range(0, 3000, 3):
+            for key in (-1017.5, -985.9):
+                entry = (key, pid + (0 if key < -1000 else 1))
+                ladder.add(*entry)
+                model.insert(bisect_left(model, entry), entry)
+        assert list(ladder.entries()) == model
+        # Move members out of the middle of both runs and back in.
+        for pid in range(1500, 1600, 3):
+            ladder.move(-1017.5, -2000.0 + pid, pid)
+            model.remove((-1017.5, pid))
+            model.insert(bisect_left(model, (-2000.0 + pid, pid)), (-2000.0 + pid, pid))
+        assert list(ladder.entries()) == model
+        assert ladder.index(-985.9, 2998) == model.index((-985.9, 2998))
+        assert ladder.count_below(-985.9) == bisect_left([k for k, _ in model], -985.9)
