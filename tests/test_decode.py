@@ -140,3 +140,34 @@ class TestFuzz:
             assert math.isfinite(out.t)
             assert out.attacker != out.victim
             assert 0 < len(out.attacker.encode()) <= 128
+
+
+class TestFastPath:
+    """The fast path of event_from_obj decides exactly like the detailed checks."""
+
+    names = st.text(min_size=0, max_size=40) | st.sampled_from(["alice", "bob", "é" * 33])
+    times = st.floats(allow_nan=True, allow_infinity=True) | st.integers() | st.booleans() | st.none()
+    optional = (
+        st.none() | st.text(max_size=40) | st.integers(min_value=-(10**40), max_value=10**40) | st.booleans()
+    )
+
+    @settings(max_examples=400, deadline=None)
+    @given(
+        t=times,
+        attacker=names,
+        victim=names,
+        extra=st.dictionaries(st.sampled_from(["server", "id", "weapon", "x"]), optional, max_size=4),
+    )
+    def test_same_decision_as_the_detailed_checks(
+        self, t: object, attacker: str, victim: str, extra: dict[str, object]
+    ) -> None:
+        from arenad.core.events import _event_from_obj_slow
+
+        obj = {"t": t, "attacker": attacker, "victim": victim, **extra}
+        fast = event_from_obj(obj)
+        slow = _event_from_obj_slow(obj)
+        if isinstance(slow, KillEvent):
+            assert fast == slow
+        else:
+            assert isinstance(fast, Reject)
+            assert fast.reason is slow.reason

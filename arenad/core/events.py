@@ -65,8 +65,41 @@ def _text(obj: dict[Any, Any], key: str, required: bool) -> str | Reject | None:
     return v
 
 
+#: Strings of at most this many characters are within MAX_NAME_BYTES whatever they contain
+#: (UTF-8 needs at most 4 bytes per character), so the fast path need not encode them.
+_SAFE_CHARS = MAX_NAME_BYTES // 4
+
+
 def event_from_obj(obj: object) -> KillEvent | Reject:
     """Validate one decoded event object (a JSON object or msgpack map) of the wire schema."""
+    # Fast path for the shape well-behaved senders use; anything else (or any doubt) goes through
+    # the detailed checks below, which also name the reason of a refusal.
+    if type(obj) is dict and len(obj) <= 6:
+        t = obj.get("t")
+        attacker = obj.get("attacker")
+        victim = obj.get("victim")
+        server = obj.get("server")
+        weapon = obj.get("weapon")
+        raw_id = obj.get("id")
+        event_id = str(raw_id) if type(raw_id) is int else raw_id
+        if (
+            type(t) is float
+            and math.isfinite(t)
+            and type(attacker) is str
+            and type(victim) is str
+            and 0 < len(attacker) <= _SAFE_CHARS
+            and 0 < len(victim) <= _SAFE_CHARS
+            and attacker != victim
+            and (server is None or (type(server) is str and len(server) <= _SAFE_CHARS))
+            and (weapon is None or (type(weapon) is str and len(weapon) <= _SAFE_CHARS))
+            and (event_id is None or (type(event_id) is str and len(event_id) <= _SAFE_CHARS))
+            and len(obj) == 3 + (server is not None) + (raw_id is not None) + (weapon is not None)
+        ):
+            return KillEvent(t, attacker, victim, server, event_id, weapon)
+    return _event_from_obj_slow(obj)
+
+
+def _event_from_obj_slow(obj: object) -> KillEvent | Reject:
     if not isinstance(obj, dict):
         return Reject(RejectReason.MALFORMED, f"an event must be a map, got {type(obj).__name__}")
     if "t" not in obj:

@@ -184,7 +184,9 @@ class Daemon:
         return report
 
     def _apply_one(self, attacker: str, victim: str, t: float) -> None:
-        outcome = self.engine.feed(attacker, victim, t)
+        self._count_outcome(self.engine.feed(attacker, victim, t))
+
+    def _count_outcome(self, outcome: Outcome) -> None:
         if outcome is Outcome.APPLIED:
             self.applied += 1
         elif outcome is Outcome.FILTERED:
@@ -265,6 +267,8 @@ class Daemon:
             await asyncio.to_thread(self.journal.sync)
         observe = self.metrics.update_seconds.observe
         engine = self.engine
+        apply = engine.apply  # recalibration is handled just below, exactly as Engine.feed does
+        count = self._count_outcome
         for k, rec in enumerate(records, start=1):
             if engine.recalibration_due_before(rec[2], rec[3], rec[1]):
                 # Same point and same result as Engine.feed (and so as replay), but the O(P)
@@ -277,10 +281,10 @@ class Daemon:
             if self._sample >= UPDATE_SAMPLE:
                 self._sample = 0
                 t0 = time.perf_counter()
-                self._apply_one(rec[2], rec[3], rec[1])
+                count(apply(rec[2], rec[3], rec[1]))
                 observe(time.perf_counter() - t0)
             else:
-                self._apply_one(rec[2], rec[3], rec[1])
+                count(apply(rec[2], rec[3], rec[1]))
             if k % SLICE == 0:
                 await asyncio.sleep(0)
         for batch in batches:
