@@ -43,7 +43,7 @@ from arenad.daemon.intake import Intake
 from arenad.daemon.logs import RejectWarnings
 from arenad.daemon.metrics import Metrics, serve_metrics
 from arenad.daemon.query import QueryHandler, close_servers, serve_query
-from arenad.daemon.sources.mqtt import MqttStatus, load_password, run_mqtt
+from arenad.daemon.sources.mqtt import MqttStatus, load_password, run_mqtt, tls_context
 from arenad.daemon.sources.udp import open_udp
 from arenad.daemon.state import Checkpoints, Journal, Record, RecoveryReport, StateError
 from arenad.daemon.types import Batch, MetricsSnapshot
@@ -365,6 +365,11 @@ class Daemon:
             msrv = await serve_metrics(host, port, self.metrics, lambda: self.ready)
             servers.append(msrv)
             self.bound["metrics"] = msrv.sockets[0].getsockname()[:2]
+        # Secrets and TLS files are checked before anything is loaded: a typo fails at start with
+        # the key named, instead of surfacing later inside the MQTT task.
+        password = load_password(s.mqtt) if s.mqtt.enabled else None
+        if s.mqtt.enabled:
+            tls_context(s.mqtt)
         started = time.perf_counter()
         report = await asyncio.to_thread(self.recover)
         self.journal.open_segment(self.seq + 1)
@@ -405,7 +410,7 @@ class Daemon:
                 tg.create_task(self._engine_loop(), name="engine")
                 if s.mqtt.enabled:
                     self._mqtt_task = tg.create_task(
-                        run_mqtt(s.mqtt, self.queue, self.mqtt_status, self.mqtt_stop, load_password(s.mqtt)),
+                        run_mqtt(s.mqtt, self.queue, self.mqtt_status, self.mqtt_stop, password),
                         name="mqtt",
                     )
                 tg.create_task(self._stop_intake_on_signal(udp_transport), name="stopper")

@@ -264,3 +264,53 @@ class TestMqtt:
         # Redelivered messages that were journaled before the crash are refused by id, never re-applied.
         assert stats["journal_seq"] == len(evs)
         assert_same_ladder(daemon.ladder(), offline_ladder(tmp_path, evs))
+
+
+class TestDamagedState:
+    """A corrupt newest checkpoint falls back to the previous one; a torn journal tail is cut."""
+
+    def test_corrupt_newest_checkpoint_falls_back(self, daemon: DaemonProcess, tmp_path: Path) -> None:
+        daemon.start()
+        evs = events(400, seed=21)
+        daemon.send_events(evs[:200])
+        daemon.wait_for(lambda s: s["journal_seq"] >= 200)
+        assert daemon.stop() == 0  # checkpoint at 200
+        daemon.start()
+        daemon.send_events(evs[200:])
+        daemon.wait_for(lambda s: s["journal_seq"] >= 400)
+        assert daemon.stop() == 0  # checkpoint at 400
+        checkpoints = sorted((tmp_path / "state").glob("checkpoint-*.ckpt"))
+        assert len(checkpoints) == 2
+        newest = checkpoints[-1]
+        data = bytearray(newest.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        newest.write_bytes(bytes(data))
+        daemon.start()
+        assert daemon.stats()["journal_seq"] == 400  # previous checkpoint + journal since it
+        assert daemon.metric("arenad_checkpoint_fallbacks_total") == 1
+        assert_same_ladder(daemon.ladder(), offline_ladder(tmp_path, evs))
+
+    def test_torn_journal_tail_is_cut_and_counted(self, daemon: DaemonProcess, tmp_path: Path) -> None:
+        daemon.start()
+        evs = events(300, seed=22)
+        daemon.send_events(evs)
+        daemon.wait_for(lambda s: s["journal_seq"] >= len(evs))
+        daemon.kill()
+        segments = sorted((tmp_path / "state").glob("journal-*.log"))
+        with segments[-1].open("ab") as f:
+            f.write(b"\x40\x00\x00\x00\x12\x34")  # the head of a record that never got written
+        daemon.start()
+        assert daemon.stats()["journal_seq"] == len(evs)
+        assert daemon.metric("arenad_recovery_truncations_total") == 1
+        assert_same_ladder(daemon.ladder(), offline_ladder(tmp_path, evs))
+
+    def test_missing_password_file_fails_at_start_naming_the_key(self, tmp_path: Path) -> None:
+        config = tmp_path / "arenad.toml"
+        config.write_text(f'[mqtt]\nurl = "mqtt://127.0.0.1:1"\npassword_file = "{tmp_path}/nope"\n')
+        proc = subprocess.run(
+            [sys.executable, "-m", "arenad", "run", "--config", str(config), "--state-dir", str(tmp_path / "s"),
+             "--udp", "off", "--query", "off", "--metrics", "off"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2
+        assert "mqtt.password_file" in proc.stderr
