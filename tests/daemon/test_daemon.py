@@ -307,10 +307,10 @@ class TestDamagedState:
     def test_missing_password_file_fails_at_start_naming_the_key(self, tmp_path: Path) -> None:
         config = tmp_path / "arenad.toml"
         config.write_text(f'[mqtt]\nurl = "mqtt://127.0.0.1:1"\npassword_file = "{tmp_path}/nope"\n')
+        args = ["run", "--config", str(config), "--state-dir", str(tmp_path / "s")]
+        args += ["--udp", "off", "--query", "off", "--metrics", "off"]
         proc = subprocess.run(
-            [sys.executable, "-m", "arenad", "run", "--config", str(config), "--state-dir", str(tmp_path / "s"),
-             "--udp", "off", "--query", "off", "--metrics", "off"],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            [sys.executable, "-m", "arenad", *args], capture_output=True, text=True, timeout=60, check=False
+        )
         assert proc.returncode == 2
         assert "mqtt.password_file" in proc.stderr
