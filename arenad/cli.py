@@ -132,25 +132,26 @@ def _run(args: argparse.Namespace) -> int:
     return run_daemon(settings)
 
 
+#: `arenad run` flag -> (settings section, key) it overrides.
+_RUN_FLAGS = (
+    ("state_dir", "daemon", "state_dir"),
+    ("udp", "udp", "listen"),
+    ("mqtt", "mqtt", "url"),
+    ("query", "query", "listen"),
+    ("query_unix", "query", "unix"),
+    ("metrics", "metrics", "listen"),
+    ("log_format", "log", "format"),
+    ("log_level", "log", "level"),
+)
+
+
 def apply_run_flags(settings: Settings, args: argparse.Namespace) -> Settings:
     """Command-line overrides of the usual keys, validated like the file."""
     s = settings
-    if args.state_dir is not None:
-        s = replace(s, daemon=replace(s.daemon, state_dir=args.state_dir))
-    if args.udp is not None:
-        s = replace(s, udp=replace(s.udp, listen=args.udp))
-    if args.mqtt is not None:
-        s = replace(s, mqtt=replace(s.mqtt, url=args.mqtt))
-    if args.query is not None:
-        s = replace(s, query=replace(s.query, listen=args.query))
-    if args.query_unix is not None:
-        s = replace(s, query=replace(s.query, unix=args.query_unix))
-    if args.metrics is not None:
-        s = replace(s, metrics=replace(s.metrics, listen=args.metrics))
-    if args.log_format is not None:
-        s = replace(s, log=replace(s.log, format=args.log_format))
-    if args.log_level is not None:
-        s = replace(s, log=replace(s.log, level=args.log_level))
+    for flag, name, key in _RUN_FLAGS:
+        value = getattr(args, flag)
+        if value is not None:
+            s = replace(s, **{name: replace(getattr(s, name), **{key: value})})
     problems: list[ConfigProblem] = []
     for section in (s.daemon, s.udp, s.mqtt, s.query, s.metrics, s.log):
         problems.extend(section.problems())

@@ -61,6 +61,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _numbered(directory: Path, pattern: str) -> list[tuple[int, Path]]:
+    """Files named ``<kind>-<number>.<ext>`` with their numbers; other names are ignored."""
+    out = []
+    for p in directory.glob(pattern):
+        try:
+            out.append((int(p.stem.split("-", 1)[1]), p))
+        except ValueError:
+            continue
+    return out
+
+
 def encode_chunk(records: list[Record]) -> bytes:
     """One journal record holding consecutive events: ``[first_seq, [[t, a, v, s, id], ...]]``.
 
@@ -115,13 +126,7 @@ class Journal:
         return f"journal-{first_seq:012d}.log"
 
     def segments(self) -> list[tuple[int, Path]]:
-        out = []
-        for p in self.dir.glob("journal-*.log"):
-            try:
-                out.append((int(p.stem.split("-", 1)[1]), p))
-            except ValueError:
-                continue
-        return sorted(out)
+        return sorted(_numbered(self.dir, "journal-*.log"))
 
     def open_segment(self, first_seq: int) -> None:
         """Start writing a new segment whose first record will be ``first_seq``."""
@@ -198,13 +203,8 @@ class Checkpoints:
         self.keep = keep
 
     def list(self) -> list[tuple[int, Path]]:
-        out = []
-        for p in self.dir.glob("checkpoint-*.ckpt"):
-            try:
-                out.append((int(p.stem.split("-", 1)[1]), p))
-            except ValueError:
-                continue
-        return sorted(out, reverse=True)
+        """(sequence number, path), newest first."""
+        return sorted(_numbered(self.dir, "checkpoint-*.ckpt"), reverse=True)
 
     def write(self, seq: int, payload: dict[str, Any]) -> Path:
         """Serialise and store atomically; returns the final path. Runs fine in a thread."""
