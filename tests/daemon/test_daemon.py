@@ -314,3 +314,30 @@ class TestDamagedState:
         )
         assert proc.returncode == 2
         assert "mqtt.password_file" in proc.stderr
+
+
+class TestCommands:
+    """`arenad emit` and `arenad query` against a running daemon: the newcomer's first minute."""
+
+    def test_emit_then_query(self, daemon: DaemonProcess) -> None:
+        daemon.start()
+        host, port = daemon.addr("udp")
+        args = ["emit", "--udp", f"{host}:{port}", "--players", "12", "--events", "300"]
+        emit = subprocess.run(
+            [sys.executable, "-m", "arenad", *args], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert json.loads(emit.stdout)["sent"] == 300
+        daemon.wait_for(lambda s: s["applied"] + s["filtered"] + sum(s["rejected"].values()) >= 300)
+        qhost, qport = daemon.addr("query")
+        out = subprocess.run(
+            [sys.executable, "-m", "arenad", "query", "--connect", f"{qhost}:{qport}", "top", "3"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        reply = json.loads(out.stdout)
+        assert reply["ok"] and len(reply["players"]) == 3
+        missing = subprocess.run(
+            [sys.executable, "-m", "arenad", "query", "--connect", f"{qhost}:{qport}", "get", "nobody"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert missing.returncode == 1
