@@ -94,7 +94,6 @@ class Daemon:
         self.reject_warnings = RejectWarnings(settings.log.reject_warning_interval)
         self.bound: dict[str, Any] = {}  # actual listening addresses, for logs and tests
         self._lock_fd: int | None = None
-        self._checkpoint_task: asyncio.Future[None] | None = None
         self._sample = 0
 
     # ------------------------------------------------------------------ metrics
@@ -204,18 +203,21 @@ class Daemon:
         }
 
     async def checkpoint(self) -> None:
-        """Rotate the journal, snapshot the engine, write the file in a thread, compact."""
-        if self._checkpoint_task is not None:
-            await self._checkpoint_task  # one at a time
+        """Rotate the journal, snapshot and write in a thread, compact.
+
+        Only the engine task (and start-up / shutdown around it) calls this, so checkpoints never
+        overlap and the engine does not change while its state is copied.
+        """
         seq = self.seq
         if seq == self.checkpoint_seq and self.checkpoints.list():
             return
         started = time.perf_counter()
-        payload = self._checkpoint_payload()  # a copy: the engine may move on meanwhile
         self.journal.open_segment(seq + 1)
 
         def write() -> None:
-            self.checkpoints.write(seq, payload)
+            # Runs in a worker thread while the engine task waits here, so nothing mutates the
+            # engine during the copy; queries keep reading it from the event loop meanwhile.
+            self.checkpoints.write(seq, self._checkpoint_payload())
 
         try:
             await asyncio.to_thread(write)
