@@ -239,6 +239,7 @@ class Daemon:
         now = time.time()
         records: list[Record] = []
         check = self.intake.check
+        seq = self.seq
         handled = 0
         for batch in batches:
             if batch.payload is not None:
@@ -257,10 +258,9 @@ class Daemon:
                 if isinstance(checked, Reject):
                     self._count_reject(checked, batch.source)
                     continue
-                self.seq += 1
-                records.append(
-                    (self.seq, checked.t, checked.attacker, checked.victim, checked.server, checked.id)
-                )
+                seq += 1
+                records.append((seq, checked.t, checked.attacker, checked.victim, checked.server, checked.id))
+        self.seq = seq
         if records:
             for k in range(0, len(records), 4 * SLICE):
                 self.journal.append(records[k : k + 4 * SLICE])
@@ -270,25 +270,35 @@ class Daemon:
         observe = self.metrics.update_seconds.observe
         engine = self.engine
         apply = engine.apply  # recalibration is handled just below, exactly as Engine.feed does
-        count = self._count_outcome
-        for k, rec in enumerate(records, start=1):
-            if engine.recalibration_due_before(rec[2], rec[3], rec[1]):
+        applied_outcome = Outcome.APPLIED
+        applied = 0
+        sample = self._sample
+        for k, (_, t, attacker, victim, _s, _i) in enumerate(records, start=1):
+            if t >= engine.next_recalibration and engine.recalibration_due_before(attacker, victim, t):
                 # Same point and same result as Engine.feed (and so as replay), but the O(P)
                 # numpy part runs in a worker thread while the loop keeps answering queries;
                 # nothing mutates the engine meanwhile because this task is the only writer.
-                at = engine.begin_recalibration(rec[1])
+                at = engine.begin_recalibration(t)
                 if at is not None:
                     engine.finish_recalibration(await asyncio.to_thread(engine.plan_recalibration, at))
-            self._sample += 1
-            if self._sample >= UPDATE_SAMPLE:
-                self._sample = 0
+            sample += 1
+            if sample >= UPDATE_SAMPLE:
+                sample = 0
                 t0 = time.perf_counter()
-                count(apply(rec[2], rec[3], rec[1]))
+                outcome = apply(attacker, victim, t)
                 observe(time.perf_counter() - t0)
             else:
-                count(apply(rec[2], rec[3], rec[1]))
+                outcome = apply(attacker, victim, t)
+            if outcome is applied_outcome:
+                applied += 1
+            else:
+                self._count_outcome(outcome)
             if k % SLICE == 0:
+                self.applied += applied  # visible to queries between slices
+                applied = 0
                 await asyncio.sleep(0)
+        self.applied += applied
+        self._sample = sample
         for batch in batches:
             if batch.done is not None:
                 try:
