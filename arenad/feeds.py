@@ -1,0 +1,101 @@
+"""Feed plugins: game-server log formats turned into kill events.
+
+A *feed plugin* is a small object with a ``name``, a ``description`` and ``parser(options)``,
+which returns a fresh, stateful *feed parser* for one stream (one log file, one server's UDP
+log lines). The parser takes raw lines and returns ``FeedItem`` values: kill events for the
+rating core, and everything else a log says that an operator wants counted (world kills,
+suicides, identity changes, match boundaries) or refused with a reason.
+
+Built-in plugins are listed explicitly in ``BUILTIN_FEEDS``; third-party ones are found through
+the ``arenad.feeds`` entry-point group. Parsers are pure: no I/O, no clock (the time a line was
+received is passed in), so they are fuzzed and replayed like any decoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+from arenad.core.events import KillEvent, Reject
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityUpdate:
+    """A client slot now belongs to ``player`` (the identity used for rating)."""
+
+    slot: str
+    player: str
+    name: str
+    bot: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MatchBoundary:
+    """A match (map) started or ended at ``t``; ``detail`` carries what the log said."""
+
+    kind: str  # "start" | "end"
+    t: float
+    detail: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class NonKill:
+    """A death that is not a pairwise kill (§11 item 2): counted, never rated."""
+
+    kind: str  # "world_kill" | "suicide" | "team_kill" | "bot_excluded"
+    t: float
+    victim: str
+
+
+FeedItem = KillEvent | Reject | IdentityUpdate | MatchBoundary | NonKill
+
+
+@runtime_checkable
+class FeedParser(Protocol):
+    """One stream's parser; keeps whatever state the format needs (slots, map start time)."""
+
+    def feed(self, line: bytes, received_at: float) -> list[FeedItem]:
+        """Parse one line (without its newline); ``received_at`` is the wall clock at reading."""
+        ...
+
+    def state(self) -> dict[str, Any]:
+        """Plain values to checkpoint, so a restart continues mid-stream."""
+        ...
+
+    def restore(self, state: Mapping[str, Any]) -> None: ...
+
+
+class FeedPlugin(Protocol):
+    """What the ``arenad.feeds`` entry points (and the built-ins) provide."""
+
+    name: str
+    description: str
+
+    def parser(self, options: Mapping[str, Any]) -> FeedParser: ...
+
+
+def builtin_feeds() -> dict[str, FeedPlugin]:
+    """The plugins shipped with arenad (imported lazily: ``plugins/`` may grow large)."""
+    from arenad_feeds import BUILTIN_FEEDS  # noqa: PLC0415 - the plugins package imports arenad
+
+    return {p.name: p for p in BUILTIN_FEEDS}
+
+
+def discover_feeds() -> tuple[dict[str, FeedPlugin], list[str]]:
+    """Built-ins plus entry points; returns the plugins and the errors of broken ones.
+
+    A third-party plugin that fails to load is reported (and logged by the caller), never fatal.
+    """
+    feeds = builtin_feeds()
+    errors: list[str] = []
+    for ep in entry_points(group="arenad.feeds"):
+        if ep.name in feeds:
+            continue  # built-ins win; they are also registered as entry points
+        try:
+            plugin = ep.load()
+            feeds[ep.name] = plugin() if isinstance(plugin, type) else plugin
+        except Exception as e:  # a broken plugin must not stop arenad
+            errors.append(f"{ep.name}: {type(e).__name__}: {e}")
+    return feeds, errors
