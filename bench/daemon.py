@@ -32,11 +32,34 @@ from daemon_harness import DaemonProcess
 BATCH = 50
 
 
-def stream(players: int, events: int, seed: int, t0: float) -> list[dict[str, Any]]:
-    from arenad.daemon.emit import simulated_kills  # noqa: PLC0415
+def stream(players: int, events: int, seed: int, t0: float, workload: str) -> list[dict[str, Any]]:
+    """The main stream, ending about now so the daemon's clock checks accept it.
 
-    # 1 ms apart in event time: busy, mostly past the cooldown for a given pair at 10k+ players.
-    return list(simulated_kills(players, events, seed=seed, start=t0, rate=1000.0))
+    ``network`` (default): the rating-core benchmark's server network (bench/stream.py) — a few
+    thousand players online at once on 16-slot servers, 10 % visitors from the whole population,
+    late deliveries and suicides, 200 kills per second of event time. ``uniform``: every kill
+    between two players drawn uniformly from all P, the worst case for memory locality.
+    """
+    if workload == "uniform":
+        from arenad.daemon.emit import simulated_kills  # noqa: PLC0415
+
+        evs = list(simulated_kills(players, events, seed=seed, start=t0, rate=1000.0))
+        for e in evs:  # the simulated names use 4 digits; widen to the introduction's 6
+            e["attacker"] = "player" + e["attacker"][6:].zfill(6)
+            e["victim"] = "player" + e["victim"][6:].zfill(6)
+        return evs
+    from bench.stream import StreamConfig, generate  # noqa: PLC0415
+
+    work = generate(StreamConfig(players=players, events=events, seed=seed))
+    index = {name: i for i, name in enumerate(work.names)}
+    shift = t0 - work.events[0][2]
+    # Suicides are refused at decoding and never journaled; leave them out so the journal
+    # counter measures exactly the stream.
+    return [
+        {"t": t + shift, "attacker": f"player{index[a]:06d}", "victim": f"player{index[v]:06d}"}
+        for a, v, t in work.events
+        if a != v
+    ]
 
 
 def send_udp(d: DaemonProcess, evs: list[dict[str, Any]]) -> None:
@@ -74,7 +97,7 @@ def query_load(addr: tuple[str, int], names: list[str], stop: Any, out: Any) -> 
     out.send(lat)
 
 
-def run_one(players: int, events: int, mqtt: str | None, workdir: Path) -> dict[str, Any]:
+def run_one(players: int, events: int, mqtt: str | None, workdir: Path, workload: str) -> dict[str, Any]:
     state = workdir / f"state-{players}-{'mqtt' if mqtt else 'udp'}"
     d = DaemonProcess(state)
     d.start(mqtt=mqtt)
@@ -86,10 +109,7 @@ def run_one(players: int, events: int, mqtt: str | None, workdir: Path) -> dict[
         ]
         send_udp(d, intro)
         d.wait_for(lambda s: s["journal_seq"] >= players, timeout=600)
-        evs = stream(players, events, seed=7, t0=t0 + players * 0.001 + 1)
-        for e in evs:  # the simulated names use 4 digits; widen to the intro's 6
-            e["attacker"] = "player" + e["attacker"][6:].zfill(6)
-            e["victim"] = "player" + e["victim"][6:].zfill(6)
+        evs = stream(players, events, seed=7, t0=t0 + players * 0.001 + 1, workload=workload)
         names = [f"player{i:06d}" for i in range(0, players, max(1, players // 1000))]
         ctx = multiprocessing.get_context("fork")
         stop = ctx.Event()
@@ -110,6 +130,7 @@ def run_one(players: int, events: int, mqtt: str | None, workdir: Path) -> dict[
         return {
             "players": players,
             "source": "mqtt" if mqtt else "udp",
+            "workload": workload,
             "events": len(evs),
             "events_per_s": round(len(evs) / elapsed, 1),
             "query_p50_ms": round(1000 * lat[len(lat) // 2], 3) if lat else None,
@@ -128,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--players", default="10000,100000")
     ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--mqtt", action="store_true", help="also run through a local mosquitto (QoS 1)")
+    ap.add_argument("--workload", choices=("network", "uniform"), default="network")
     args = ap.parse_args(argv)
     results = []
     workdir = Path(tempfile.mkdtemp(prefix="arenad-bench-"))
@@ -145,10 +167,11 @@ def main(argv: list[str] | None = None) -> int:
             mqtt_url = f"mqtt://127.0.0.1:{port}"
         for p in (int(x) for x in args.players.split(",")):
             for src in [None, mqtt_url] if mqtt_url else [None]:
-                r = run_one(p, args.events, src, workdir)
+                r = run_one(p, args.events, src, workdir, args.workload)
                 results.append(r)
                 print(
-                    f"{r['source']:>4} P={r['players']:>7,}  {r['events_per_s']:>9,.0f} events/s  "
+                    f"{r['source']:>4} {r['workload']} P={r['players']:>7,}  "
+                    f"{r['events_per_s']:>9,.0f} events/s  "
                     f"query p50 {r['query_p50_ms']} ms  p99 {r['query_p99_ms']} ms  dropped {r['dropped']}",
                     flush=True,
                 )
