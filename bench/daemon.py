@@ -6,7 +6,8 @@ For each population: start a daemon on a fresh state directory, introduce every 
 the main stream as fast as the daemon takes it (UDP: msgpack arrays of 50 events per datagram,
 paced by watching the daemon's queue so nothing is dropped; MQTT: QoS 1 messages of 50 events,
 each waiting for its PUBACK from the broker) while a second thread issues ``get`` queries and
-times them. Prints events/s (from the daemon's own applied counter), query p50/p99 and drops.
+times them. Prints events/s (until the rating core has decided on every event of the stream:
+applied, filtered or rejected), query p50/p99 and drops.
 """
 
 from __future__ import annotations
@@ -115,14 +116,19 @@ def run_one(players: int, events: int, mqtt: str | None, workdir: Path, workload
         stop = ctx.Event()
         receiver, sender = ctx.Pipe(duplex=False)
         qproc = ctx.Process(target=query_load, args=(d.addr("query"), names, stop, sender))
-        base = d.stats()["journal_seq"]
+
+        def rated(s: dict[str, Any]) -> int:
+            # Every event the rating core has decided on: applied, filtered or rejected by it.
+            return int(s["applied"] + s["filtered"] + sum(s["rejected"].values()))
+
+        base = rated(d.stats())
         qproc.start()
         started = time.perf_counter()
         if mqtt:
             send_mqtt(mqtt, "arena/bench-1/kills", evs)
         else:
             send_udp(d, evs)
-        final = d.wait_for(lambda s: s["journal_seq"] - base >= len(evs), timeout=900)
+        final = d.wait_for(lambda s: rated(s) - base >= len(evs), timeout=900)
         elapsed = time.perf_counter() - started
         stop.set()
         lat: list[float] = sorted(receiver.recv()) if receiver.poll(30) else []
