@@ -47,7 +47,6 @@ from arenad.daemon.sources.mqtt import MqttStatus, load_password, run_mqtt, tls_
 from arenad.daemon.sources.udp import open_udp
 from arenad.daemon.state import Checkpoints, Journal, Record, RecoveryReport, StateError
 from arenad.daemon.types import Batch, MetricsSnapshot
-from arenad.decode import decode_msgpack
 from arenad.errors import ArenadError
 from arenad.settings import Settings
 
@@ -243,11 +242,11 @@ class Daemon:
         handled = 0
         for batch in batches:
             if batch.payload is not None:
-                batch.items = list(decode_msgpack(batch.payload))
-                handled += len(batch.items)
-            if batch.items:
-                self.received[batch.source] += len(batch.items)
-            for item in batch.items:
+                handled += len(batch.decoded())  # decoding counts as work between yields
+            items = batch.items
+            if items:
+                self.received[batch.source] += len(items)
+            for item in items:
                 handled += 1
                 if handled % SLICE == 0:
                     await asyncio.sleep(0)  # let queries and sources run between slices

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from arenad.core.events import KillEvent, Reject
+from arenad.decode import decode_msgpack
 
 
 @dataclass(slots=True)
@@ -29,9 +30,18 @@ class Batch:
     items: list[KillEvent | Reject]
     server: str | None = None
     done: Callable[[], None] | None = None
-    #: An undecoded msgpack payload (UDP): decoded by the engine task, in slices between which
-    #: queries are served, instead of in the datagram callback where a burst would stall them.
+    #: An undecoded payload: decoded by the engine task, in slices between which queries are
+    #: served, instead of in the source's callback where a burst would stall them.
     payload: bytes | None = None
+    #: How to decode ``payload`` (default: one msgpack event or array of events, as UDP sends).
+    decode: Callable[[bytes], list[KillEvent | Reject]] | None = None
+
+    def decoded(self) -> list[KillEvent | Reject]:
+        """The items, decoding ``payload`` once on first use."""
+        if self.payload is not None:
+            payload, self.payload = self.payload, None
+            self.items = self.decode(payload) if self.decode is not None else list(decode_msgpack(payload))
+        return self.items
 
 
 @dataclass(slots=True)

@@ -148,7 +148,7 @@ async def running(
 
 
 def ids(batch: Batch) -> list[str | None]:
-    return [it.id for it in batch.items if isinstance(it, KillEvent)]
+    return [it.id for it in batch.decoded() if isinstance(it, KillEvent)]
 
 
 # ---------------------------------------------------------------------------- pure parts
@@ -278,7 +278,7 @@ class TestDelivery:
                 assert [b.server for b in got] == ["eu-1"] * 4
                 assert [ids(b) for b in got] == [["1"], ["2", "3"], ["4"], ["5", "6"]]
                 # The engine applies batch.server to events without one; an event's own wins.
-                assert [e.server for e in got[3].items if isinstance(e, KillEvent)] == [None, "own"]
+                assert [e.server for e in got[3].decoded() if isinstance(e, KillEvent)] == [None, "own"]
                 for b in got:
                     assert b.done is not None
                     b.done()
@@ -294,8 +294,8 @@ class TestDelivery:
                 reasons = []
                 for _ in range(3):
                     b = await r.batch()
-                    assert all(isinstance(it, Reject) for it in b.items)
-                    reasons.append([it.reason for it in b.items if isinstance(it, Reject)])
+                    assert all(isinstance(it, Reject) for it in b.decoded())
+                    reasons.append([it.reason for it in b.decoded() if isinstance(it, Reject)])
                     assert b.done is not None
                     b.done()  # counted by the engine, then acknowledged like any message
                 assert reasons == [
@@ -312,7 +312,7 @@ class TestDelivery:
                 await r.connected()
                 await publish(mosquitto, "arena/eu-1/kills", as_json(event(1)), as_msgpack(event(2)))
                 first, second = await r.batch(), await r.batch()
-                assert all(isinstance(it, Reject) for it in first.items)
+                assert all(isinstance(it, Reject) for it in first.decoded())
                 assert ids(second) == ["2"]
 
         run(body)

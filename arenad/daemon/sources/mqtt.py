@@ -45,6 +45,7 @@ so treating them as kills would re-apply old events after each reconnect.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import ssl
@@ -403,13 +404,19 @@ async def _pump(
             continue
         # Counted as handed out before the put: the engine may call done as soon as it is queued.
         ack = _Ack(conn, message.mid, message.qos)
+        # Decoding is left to the engine task (Batch.decoded), which interleaves it with queries;
+        # a full inflight window decoded here at once would stall the event loop for milliseconds.
         batch = Batch(
             source="mqtt",
-            items=decode_payload(
-                message.payload, payload_mode(message.topic.value, settings), max_payload=settings.max_payload
-            ),
+            items=[],
             server=server_id_from_topic(message.topic.value, settings.topics),
             done=ack,
+            payload=message.payload,
+            decode=functools.partial(
+                decode_payload,
+                mode=payload_mode(message.topic.value, settings),
+                max_payload=settings.max_payload,
+            ),
         )
         try:
             queue.put_nowait(batch)

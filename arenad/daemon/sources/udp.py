@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from arenad.core.events import Reject, RejectReason
 from arenad.daemon.config import UdpSettings, parse_hostport
 from arenad.daemon.types import Batch
-from arenad.decode import decode_msgpack
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -60,9 +59,8 @@ class UdpSource(asyncio.DatagramProtocol):
         try:
             self.queue.put_nowait(batch)
         except asyncio.QueueFull:
-            # Uncounted events are unknowable without decoding; count the datagram's events
-            # cheaply by decoding only now, on this rare path.
-            self.dropped["udp"] += len(batch.items) or sum(1 for _ in decode_msgpack(data))
+            # The datagram's events are counted by decoding it now, on this rare path.
+            self.dropped["udp"] += len(batch.decoded())
 
     def error_received(self, exc: Exception) -> None:  # pragma: no cover - ICMP noise on loopback
         pass
