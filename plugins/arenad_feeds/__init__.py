@@ -6,7 +6,8 @@ arenad's own schema as the reference plugin). Each is also registered under the
 from __future__ import annotations
 
 from arenad_feeds.arenad_schema import ArenadSchemaFeed
+from arenad_feeds.source import SourceFeed
 
-BUILTIN_FEEDS = [ArenadSchemaFeed()]
+BUILTIN_FEEDS = [ArenadSchemaFeed(), SourceFeed()]
 
-__all__ = ["BUILTIN_FEEDS", "ArenadSchemaFeed"]
+__all__ = ["BUILTIN_FEEDS", "ArenadSchemaFeed", "SourceFeed"]
