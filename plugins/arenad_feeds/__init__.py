@@ -5,9 +5,10 @@ arenad's own schema as the reference plugin). Each is also registered under the
 
 from __future__ import annotations
 
+from arenad.feeds import FeedPlugin
 from arenad_feeds.arenad_schema import ArenadSchemaFeed
 from arenad_feeds.source import SourceFeed
 
-BUILTIN_FEEDS = [ArenadSchemaFeed(), SourceFeed()]
+BUILTIN_FEEDS: list[FeedPlugin] = [ArenadSchemaFeed(), SourceFeed()]
 
 __all__ = ["BUILTIN_FEEDS", "ArenadSchemaFeed", "SourceFeed"]
