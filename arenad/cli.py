@@ -13,7 +13,8 @@ from arenad import __version__
 from arenad.daemon.emit import emit_mqtt, emit_udp, simulated_kills
 from arenad.daemon.query_client import add_query_parser, run_query
 from arenad.errors import ArenadError, ConfigError, ConfigProblem
-from arenad.replay import FORMATS, replay_files, write_state
+from arenad.feeds import discover_feeds
+from arenad.replay import replay_files, replay_log_files, write_state
 from arenad.settings import Settings, load_settings
 from arenad.simulate import Population, event_stream, format_table, simulate_returning, simulate_tiers
 
@@ -26,7 +27,18 @@ def _parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("replay", help="rate an event file offline and write the ladder")
     rp.add_argument("--model", default="adr", choices=MODELS)
-    rp.add_argument("--format", default="arenad", choices=FORMATS, help="input format (default: arenad)")
+    rp.add_argument(
+        "--format",
+        default="arenad",
+        help="input format: arenad (JSON lines or msgpack) or a feed plugin such as openarena or source",
+    )
+    rp.add_argument(
+        "--feed-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option for the feed parser (repeatable), e.g. bots=exclude or base_time=1700000000",
+    )
     rp.add_argument("--config", type=Path, help="TOML settings file ([adr] parameters)")
     rp.add_argument("--out", type=Path, required=True, help="state file to write (JSON lines, best first)")
     rp.add_argument("files", type=Path, nargs="+", help="event files: JSON lines or msgpack, in order")
@@ -74,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("check-config", help="validate a settings file; list every problem")
     cp.add_argument("file", type=Path)
 
+    sub.add_parser("plugins", help="list rating models and feed plugins (built-in and entry points)")
     sub.add_parser("version", help="print the version")
     return ap
 
@@ -93,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_query(args)
         if args.command == "generate":
             return _generate(args)
+        if args.command == "plugins":
+            return _plugins()
         if args.command == "check-config":
             load_settings(args.file)
             print(f"{args.file}: ok")
@@ -114,13 +129,48 @@ def _replay(args: argparse.Namespace) -> int:
         if not f.is_file():
             print(f"arenad replay: no such file: {f}", file=sys.stderr)
             return 1
-    engine, summary = replay_files(args.files, settings.adr)
+    if args.format == "arenad" and not args.feed_option:
+        engine, summary = replay_files(args.files, settings.adr)
+    else:
+        feeds, _errors = discover_feeds()
+        feed = feeds.get(args.format)
+        if feed is None:
+            print(
+                f"arenad replay: unknown format {args.format!r} (known: {', '.join(sorted(feeds))})",
+                file=sys.stderr,
+            )
+            return 2
+        engine, summary = replay_log_files(args.files, settings.adr, feed, _feed_options(args.feed_option))
     tmp = args.out.with_name(args.out.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as out:
         write_state(engine, out)
     tmp.replace(args.out)
     print(json.dumps(summary.as_dict()))
     return 0
+
+
+def _feed_options(pairs: list[str]) -> dict[str, object]:
+    """KEY=VALUE pairs; values that read as JSON (numbers, true/false) are converted."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError([ConfigProblem("--feed-option", pair, "must be KEY=VALUE")], "command line")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def _plugins() -> int:
+    feeds, errors = discover_feeds()
+    print(json.dumps({
+        "models": {"adr": "Adaptive Dynamic Rating (the paper), the rating core"},
+        "feeds": {name: plugin.description for name, plugin in sorted(feeds.items())},
+        "errors": errors,
+    }, indent=2))  # fmt: skip
+    return 1 if errors else 0
 
 
 def _run(args: argparse.Namespace) -> int:

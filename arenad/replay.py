@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -18,8 +18,8 @@ from arenad.core.engine import REJECT_REASONS, Engine, Outcome
 from arenad.core.events import KillEvent, Reject
 from arenad.core.params import ADRParams
 from arenad.decode import iter_file
-
-FORMATS = ("arenad",)
+from arenad.errors import InputError
+from arenad.feeds import FeedPlugin, NonKill
 
 
 @dataclass(slots=True)
@@ -30,9 +30,11 @@ class ReplaySummary:
     rejected: Counter[str] = field(default_factory=Counter)
     players: int = 0
     seconds: float = 0.0
+    #: Log formats only: lines read, player kills, and deaths that are not pairwise kills.
+    log: dict[str, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "events": self.events,
             "applied": self.applied,
             "filtered": self.filtered,
@@ -41,6 +43,17 @@ class ReplaySummary:
             "seconds": round(self.seconds, 6),
             "events_per_s": round(self.events / self.seconds, 1) if self.seconds > 0 else None,
         }
+        if self.log is not None:
+            out.update(self.log)
+        return out
+
+    def count(self, outcome: Outcome) -> None:
+        if outcome is Outcome.APPLIED:
+            self.applied += 1
+        elif outcome is Outcome.FILTERED:
+            self.filtered += 1
+        else:
+            self.rejected[REJECT_REASONS[outcome]] += 1
 
 
 def replay_events(engine: Engine, events: Iterable[KillEvent | Reject]) -> ReplaySummary:
@@ -53,13 +66,7 @@ def replay_events(engine: Engine, events: Iterable[KillEvent | Reject]) -> Repla
         if isinstance(ev, Reject):
             rejected[ev.reason.value] += 1
             continue
-        outcome = engine.feed(ev.attacker, ev.victim, ev.t)
-        if outcome is Outcome.APPLIED:
-            summary.applied += 1
-        elif outcome is Outcome.FILTERED:
-            summary.filtered += 1
-        else:
-            rejected[REJECT_REASONS[outcome]] += 1
+        summary.count(engine.feed(ev.attacker, ev.victim, ev.t))
     summary.seconds = time.perf_counter() - started
     summary.players = len(engine)
     return summary
@@ -73,6 +80,53 @@ def replay_files(paths: Iterable[Path], params: ADRParams) -> tuple[Engine, Repl
             yield from iter_file(path)
 
     return engine, replay_events(engine, events())
+
+
+def replay_log_files(
+    paths: Iterable[Path], params: ADRParams, feed: FeedPlugin, options: Mapping[str, Any]
+) -> tuple[Engine, ReplaySummary]:
+    """Replay game-server log files (several in order) through one feed parser.
+
+    The summary adds ``lines``, ``kills`` (player kills), ``world_kills``, ``suicides`` and
+    ``team_kills``/``bots_excluded`` as the format reports them; ``events`` counts kill events
+    and rejected lines.
+    """
+    engine = Engine(params)
+    parser = feed.parser(options)
+    summary = ReplaySummary()
+    counts: Counter[str] = Counter()
+    started = time.perf_counter()
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise InputError(f"cannot read {path}: {e.strerror or e}") from e
+        for line in data.splitlines():
+            counts["lines"] += 1
+            for item in parser.feed(line, 0.0):
+                if isinstance(item, KillEvent):
+                    summary.events += 1
+                    counts["kills"] += 1
+                    summary.count(engine.feed(item.attacker, item.victim, item.t))
+                elif isinstance(item, Reject):
+                    summary.events += 1
+                    summary.rejected[item.reason.value] += 1
+                elif isinstance(item, NonKill):
+                    counts[_NONKILL_KEYS.get(item.kind, item.kind)] += 1
+    summary.seconds = time.perf_counter() - started
+    summary.players = len(engine)
+    summary.log = {key: counts[key] for key in ("lines", "kills", "world_kills", "suicides", "team_kills")}
+    if counts["bots_excluded"]:
+        summary.log["bots_excluded"] = counts["bots_excluded"]
+    return engine, summary
+
+
+_NONKILL_KEYS = {
+    "world_kill": "world_kills",
+    "suicide": "suicides",
+    "team_kill": "team_kills",
+    "bot_excluded": "bots_excluded",
+}
 
 
 def ladder_rows(engine: Engine) -> Iterator[dict[str, Any]]:
