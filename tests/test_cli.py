@@ -146,3 +146,43 @@ class TestSimulateCommands:
         out = json.loads(arenad("simulate", "tiers", "--players", "60", "--days", "3", "--json").stdout)
         assert set(out) == {"configured", "anchor flipped"}
         assert out["configured"][-1]["active_mean_mu"] == pytest.approx(1000.0, abs=2.0)
+
+
+class TestFeedReplay:
+    """`arenad replay --format <feed>` and `arenad plugins`."""
+
+    def test_plugins_lists_models_and_feeds(self) -> None:
+        out = json.loads(arenad("plugins").stdout)
+        assert "adr" in out["models"]
+        assert {"arenad", "source"} <= set(out["feeds"])
+        assert out["errors"] == []
+
+    def test_source_log_replay_counts_kills_and_suicides(self, tmp_path: Path) -> None:
+        lines = []
+        for k in range(40):
+            sec = k % 60
+            a, v = ("Alice<2><[U:1:1001]><CT>", "Bob<3><[U:1:1002]><TERRORIST>")
+            if k % 3 == 2:
+                a, v = v, a
+            lines.append(f'L 11/30/2026 - 12:{k // 60 + 10:02d}:{sec:02d}: "{a}" killed "{v}" with "ak47"')
+        lines.append(
+            'L 11/30/2026 - 12:11:00: "Bob<3><[U:1:1002]><TERRORIST>" committed suicide with "world"'
+        )
+        lines.append("L garbage")
+        log = tmp_path / "server.log"
+        log.write_text("\n".join(lines) + "\n")
+        out = tmp_path / "s.jsonl"
+        summary = json.loads(arenad("replay", "--format", "source", "--out", out, log).stdout)
+        assert summary["kills"] == 40
+        assert summary["suicides"] == 1
+        assert summary["lines"] == 42
+        assert summary["rejected"].get("malformed") == 1
+        assert summary["applied"] + summary["filtered"] == 40
+        assert {r["player"] for r in read_state(out)} == {"steam:[U:1:1001]", "steam:[U:1:1002]"}
+
+    def test_unknown_format(self, tmp_path: Path) -> None:
+        f = tmp_path / "x.log"
+        f.write_text("x\n")
+        proc = arenad("replay", "--format", "nope", "--out", tmp_path / "s", f, check=False)
+        assert proc.returncode == 2
+        assert "unknown format" in proc.stderr
