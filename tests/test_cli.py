@@ -186,3 +186,44 @@ class TestFeedReplay:
         proc = arenad("replay", "--format", "nope", "--out", tmp_path / "s", f, check=False)
         assert proc.returncode == 2
         assert "unknown format" in proc.stderr
+
+
+REALDATA = Path(__file__).parent / "data" / "realdata"
+
+
+class TestOpenArenaReplay:
+    """`arenad replay --format openarena` on the real captures: exact counts, counted independently."""
+
+    @pytest.mark.parametrize("name", ["openarena-1.log", "openarena-2.log"])
+    def test_counts_match_an_independent_count(self, tmp_path: Path, name: str) -> None:
+        import re
+
+        raw = (REALDATA / name).read_text(encoding="utf-8", errors="replace")
+        kills = [m.groups() for m in re.finditer(r"^\s*\d+:\d\d Kill: (\d+) (\d+) \d+:", raw, re.M)]
+        world = sum(1 for k, _ in kills if k == "1022")
+        suicides = sum(1 for k, v in kills if k == v)
+        players = {
+            m.group(1) for m in re.finditer(r"ClientUserinfoChanged: \d+ n\\([^\\]*)\\", raw)
+        }  # every player here is a bot with a unique name
+        out = tmp_path / "s.jsonl"
+        summary = json.loads(
+            arenad(
+                "replay",
+                "--format",
+                "openarena",
+                "--feed-option",
+                "timescale=4",
+                "--out",
+                out,
+                REALDATA / name,
+            ).stdout
+        )
+        assert summary["lines"] == len(raw.splitlines())
+        assert summary["kills"] == len(kills) - world - suicides
+        assert summary["world_kills"] == world
+        assert summary["suicides"] == suicides
+        assert summary["players"] == len(players)
+        assert (
+            summary["applied"] + summary["filtered"] + sum(summary["rejected"].values()) == summary["kills"]
+        )
+        assert {r["player"] for r in read_state(out)} == {f"bot:{p}" for p in players}

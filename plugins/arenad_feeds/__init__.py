@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from arenad.feeds import FeedPlugin
 from arenad_feeds.arenad_schema import ArenadSchemaFeed
+from arenad_feeds.openarena import OpenArenaFeed
 from arenad_feeds.source import SourceFeed
 
-BUILTIN_FEEDS: list[FeedPlugin] = [ArenadSchemaFeed(), SourceFeed()]
+BUILTIN_FEEDS: list[FeedPlugin] = [ArenadSchemaFeed(), OpenArenaFeed(), SourceFeed()]
 
-__all__ = ["BUILTIN_FEEDS", "ArenadSchemaFeed", "SourceFeed"]
+__all__ = ["BUILTIN_FEEDS", "ArenadSchemaFeed", "OpenArenaFeed", "SourceFeed"]

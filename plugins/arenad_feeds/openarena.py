@@ -227,7 +227,7 @@ class OpenArenaParser:
         self._gametype = 0
         self._map_index = 0  # InitGame lines seen
         self._map_tag = "map0"
-        self._line = 0  # lines fed, 1-based after the first
+        self._line = 0  # lines fed so far: the number of the current line, named in reject details
         self._line_in_map = 0  # offset from the current map's InitGame
         self._last_t: float | None = None  # time of the latest timed line
         self._match_open = False  # an InitGame not yet followed by Exit/ShutdownGame
@@ -249,12 +249,12 @@ class OpenArenaParser:
         if m is None:
             loose = _LOOSE_EVENT.search(text)
             if loose is not None:
-                return [_malformed(f"{loose.group(1)} line without a valid m:ss clock", text)]
+                return [self._malformed(f"{loose.group(1)} line without a valid m:ss clock", text)]
             return []
         minutes, seconds, event, payload = m.groups()
         handler = self._handlers.get(event)
         if int(seconds) >= 60:
-            return [_malformed(f"{event} line with seconds {seconds} >= 60", text)] if handler else []
+            return [self._malformed(f"{event} line with seconds {seconds} >= 60", text)] if handler else []
         game_seconds = int(minutes) * 60 + int(seconds)
         if handler is None:
             self._clock(game_seconds, received_at)  # keeps the anchor and last_t current
@@ -262,6 +262,7 @@ class OpenArenaParser:
         return handler(game_seconds, payload, received_at)
 
     def state(self) -> dict[str, Any]:
+        """Everything the stream's meaning depends on, as JSON/msgpack-friendly plain values."""
         return {
             "version": 1,
             "clients": {
@@ -298,6 +299,11 @@ class OpenArenaParser:
         self._clients, self._anchor, self._gametype = clients, anchor, gametype
         self._map_index, self._map_tag, self._line, self._line_in_map = map_index, map_tag, line, line_in_map
         self._last_t, self._match_open = last_t, match_open
+
+    def _malformed(self, what: str, text: str) -> Reject:
+        # The line number and the start of the text let an operator find the line; the quote is
+        # capped because a torn line may be arbitrarily long.
+        return Reject(RejectReason.MALFORMED, f"line {self._line}: {what}: {text[:80]!r}")
 
     # ------------------------------------------------------------------ time
     def _clock(self, game_seconds: int, received_at: float) -> float:
@@ -356,15 +362,15 @@ class OpenArenaParser:
         self._clock(game_seconds, received_at)
         m = _SLOT_AND_INFO.fullmatch(payload)
         if m is None:
-            return [_malformed("ClientUserinfoChanged without a numeric slot", payload)]
+            return [self._malformed("ClientUserinfoChanged without a numeric slot", payload)]
         slot = int(m.group(1))
         if slot >= MAX_CLIENTS:
-            return [_malformed(f"ClientUserinfoChanged slot {slot} is not a client slot", payload)]
+            return [self._malformed(f"ClientUserinfoChanged slot {slot} is not a client slot", payload)]
         # Whatever follows, the slot's old player is gone: never credit kills to them.
         self._clients.pop(slot, None)
         info = _info(m.group(2))
         if "n" not in info:
-            return [_malformed(f"ClientUserinfoChanged for slot {slot} without a name (n\\)", payload)]
+            return [self._malformed(f"ClientUserinfoChanged for slot {slot} without a name (n\\)", payload)]
         name = clean_name(info["n"])
         bot = "skill" in info
         team_text = info.get("t", "0").strip()
@@ -376,7 +382,10 @@ class OpenArenaParser:
             player = ("bot:" if bot else "name:") + name
         if _too_long(player):
             return [
-                Reject(RejectReason.OVERSIZE, f"slot {slot}: identity longer than {MAX_NAME_BYTES} bytes")
+                Reject(
+                    RejectReason.OVERSIZE,
+                    f"line {self._line}: slot {slot}: identity longer than {MAX_NAME_BYTES} bytes",
+                )
             ]
         self._clients[slot] = _Client(player, name, bot, team)
         return [IdentityUpdate(str(slot), player, name, bot)]
@@ -385,7 +394,7 @@ class OpenArenaParser:
         self._clock(game_seconds, received_at)
         m = _SLOT_ONLY.fullmatch(payload)
         if m is None:
-            return [_malformed("ClientDisconnect without a numeric slot", payload)]
+            return [self._malformed("ClientDisconnect without a numeric slot", payload)]
         self._clients.pop(int(m.group(1)), None)
         return []
 
@@ -394,28 +403,33 @@ class OpenArenaParser:
         # Only the part before the second colon is read for numbers: names may say anything.
         m = _KILL.fullmatch(payload)
         if m is None:
-            return [_malformed("Kill line without numeric killer, victim and means of death", payload)]
+            return [self._malformed("Kill line without numeric killer, victim and means of death", payload)]
         killer, victim = int(m.group(1)), int(m.group(2))
         if victim >= MAX_CLIENTS:
-            return [_malformed(f"Kill victim {victim} is not a client slot", payload)]
+            return [self._malformed(f"Kill victim {victim} is not a client slot", payload)]
         if killer >= MAX_GENTITIES:
-            return [_malformed(f"Kill killer {killer} is not an entity number", payload)]
+            return [self._malformed(f"Kill killer {killer} is not an entity number", payload)]
         v = self._clients.get(victim)
         if v is None:
-            return [_malformed(f"Kill victim slot {victim} has no announced player", payload)]
+            return [self._malformed(f"Kill victim slot {victim} has no announced player", payload)]
         if killer >= MAX_CLIENTS:
             return [NonKill("world_kill", t, v.player)]  # §11 item 2: not a pairwise kill
         if killer == victim:
             return [NonKill("suicide", t, v.player)]  # §11 item 2
         k = self._clients.get(killer)
         if k is None:
-            return [_malformed(f"Kill killer slot {killer} has no announced player", payload)]
+            return [self._malformed(f"Kill killer slot {killer} has no announced player", payload)]
         if self._gametype >= FIRST_TEAM_GAMETYPE and k.team == v.team and k.team in _PLAYING_TEAMS:
             return [NonKill("team_kill", t, v.player)]
         if self.options.bots == "exclude" and (k.bot or v.bot):
             return [NonKill("bot_excluded", t, v.player)]
         if k.player == v.player:
-            return [Reject(RejectReason.SELF_KILL, f"slots {killer} and {victim} are both {k.player!r}")]
+            return [
+                Reject(
+                    RejectReason.SELF_KILL,
+                    f"line {self._line}: slots {killer} and {victim} are both {k.player!r}",
+                )
+            ]
         mod = _MOD.search(m.group(4))
         return [
             KillEvent(
@@ -455,12 +469,6 @@ def _parse_g_timestamp(text: str) -> tuple[float, str] | None:
     except ValueError:  # month 13, hour 25, year 0000...
         return None
     return unix, "".join(m.groups()[:3]) + "T" + "".join(m.groups()[3:])
-
-
-def _malformed(what: str, text: str) -> Reject:
-    # The detail quotes the start of the line so that an operator can find it; capped because a
-    # torn line may be arbitrarily long.
-    return Reject(RejectReason.MALFORMED, f"{what}: {text[:80]!r}")
 
 
 class OpenArenaFeed:
