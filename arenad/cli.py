@@ -12,6 +12,7 @@ from pathlib import Path
 from arenad import __version__
 from arenad.daemon.emit import emit_mqtt, emit_udp, simulated_kills
 from arenad.daemon.query_client import add_query_parser, run_query
+from arenad.daemon.sources.tail import TailSpec
 from arenad.errors import ArenadError, ConfigError, ConfigProblem
 from arenad.feeds import discover_feeds
 from arenad.replay import replay_files, replay_log_files, write_state
@@ -66,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--query", metavar="ADDR", help='query TCP listen address, or "off"')
     run.add_argument("--query-unix", metavar="PATH", help="also serve queries on this Unix socket")
     run.add_argument("--metrics", metavar="ADDR", help='Prometheus listen address, or "off"')
+    run.add_argument(
+        "--tail",
+        action="append",
+        default=[],
+        metavar="FORMAT:PATH",
+        help="follow a game-server log (repeatable), e.g. openarena:/srv/oa/.openarena/baseoa/games.log",
+    )
     run.add_argument("--log-format", choices=("auto", "json", "console"))
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
 
@@ -203,6 +211,16 @@ def apply_run_flags(settings: Settings, args: argparse.Namespace) -> Settings:
         if value is not None:
             s = replace(s, **{name: replace(getattr(s, name), **{key: value})})
     problems: list[ConfigProblem] = []
+    tails = list(s.tail)
+    for text in getattr(args, "tail", []):
+        fmt, sep, path = text.partition(":")
+        if not sep or not fmt or not path:
+            problems.append(
+                ConfigProblem("--tail", text, "must be FORMAT:PATH, e.g. openarena:/path/games.log")
+            )
+        else:
+            tails.append(TailSpec(fmt, path))
+    s = replace(s, tail=tuple(tails))
     for section in (s.daemon, s.udp, s.mqtt, s.query, s.metrics, s.log):
         problems.extend(section.problems())
     if problems:

@@ -24,6 +24,7 @@ from arenad.daemon.config import (
     UdpSettings,
     section_from_mapping,
 )
+from arenad.daemon.sources.tail import TailSpec
 from arenad.errors import ConfigError, ConfigProblem
 
 _DAEMON_SECTIONS: dict[str, type[Any]] = {
@@ -34,7 +35,7 @@ _DAEMON_SECTIONS: dict[str, type[Any]] = {
     "metrics": MetricsSettings,
     "log": LogSettings,
 }
-SECTIONS = ("adr", *_DAEMON_SECTIONS)
+SECTIONS = ("adr", *_DAEMON_SECTIONS, "tail")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class Settings:
     query: QuerySettings = field(default_factory=QuerySettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    tail: tuple[TailSpec, ...] = ()  # [[tail]]: game-server log files to follow
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "") -> Settings:
@@ -71,9 +73,10 @@ class Settings:
                 problems.append(ConfigProblem(name, table, "must be a table"))
                 continue
             sections[name] = section_from_mapping(section_cls, name, table, problems)
+        tails = tail_specs_from_toml(data.get("tail", []), problems)
         if problems:
             raise ConfigError(problems, source)
-        return cls(adr=adr, **sections)
+        return cls(adr=adr, tail=tails, **sections)
 
 
 def load_settings(path: Path | str | None) -> Settings:
@@ -92,3 +95,41 @@ def load_settings(path: Path | str | None) -> Settings:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError([ConfigProblem("<file>", str(p), f"not valid TOML: {e}")], str(p)) from e
     return Settings.from_mapping(data, str(p))
+
+
+_TAIL_KEYS = {"format", "path", "server", "from_start", "options"}
+
+
+def tail_specs_from_toml(raw: object, problems: list[ConfigProblem]) -> tuple[TailSpec, ...]:
+    """``[[tail]]`` entries: format (a feed plugin), path, optional server, from_start, options."""
+    if not isinstance(raw, list):
+        problems.append(ConfigProblem("tail", raw, "must be an array of tables: [[tail]]"))
+        return ()
+    out: list[TailSpec] = []
+    for k, entry in enumerate(raw):
+        where = f"tail[{k}]"
+        if not isinstance(entry, Mapping):
+            problems.append(ConfigProblem(where, entry, "must be a table"))
+            continue
+        for key in entry:
+            if key not in _TAIL_KEYS:
+                problems.append(ConfigProblem(f"{where}.{key}", entry[key], "unknown key"))
+        fmt, path, server = entry.get("format"), entry.get("path"), entry.get("server")
+        from_start, options = entry.get("from_start", False), entry.get("options", {})
+        ok = True
+        for key, value in (("format", fmt), ("path", path)):
+            if not isinstance(value, str) or not value:
+                problems.append(ConfigProblem(f"{where}.{key}", value, "must be a non-empty string"))
+                ok = False
+        if server is not None and not isinstance(server, str):
+            problems.append(ConfigProblem(f"{where}.server", server, "must be a string"))
+            ok = False
+        if not isinstance(from_start, bool):
+            problems.append(ConfigProblem(f"{where}.from_start", from_start, "must be true or false"))
+            ok = False
+        if not isinstance(options, Mapping):
+            problems.append(ConfigProblem(f"{where}.options", options, "must be a table"))
+            ok = False
+        if ok:
+            out.append(TailSpec(str(fmt), str(path), server, bool(from_start), tuple(dict(options).items())))
+    return tuple(out)

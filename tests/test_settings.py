@@ -22,6 +22,9 @@ class TestShippedConfig:
         data = tomllib.loads(text)
         defaults = Settings()
         for section in fields(Settings):
+            if section.name == "tail":  # an array of tables, shown as a commented example
+                assert "# [[tail]]" in text
+                continue
             value = getattr(defaults, section.name)
             keys = value.to_mapping().keys() if section.name == "adr" else [f.name for f in fields(value)]
             for key in keys:
@@ -33,8 +36,8 @@ class TestShippedConfig:
         loaded = load_settings(SHIPPED)
         defaults = Settings()
         for section in fields(Settings):
-            if section.name == "adr":
-                continue  # the tier proportions are written with 16 digits
+            if section.name in ("adr", "tail"):
+                continue  # the tier proportions are written with 16 digits; tail is commented
             assert getattr(loaded, section.name) == getattr(defaults, section.name), section.name
         assert loaded.adr.tier_proportions == pytest.approx(defaults.adr.tier_proportions)
 
@@ -66,3 +69,23 @@ class TestDaemonSections:
         assert not s.udp.enabled
         assert not s.mqtt.enabled
         assert Settings.from_mapping({"mqtt": {"url": "mqtt://127.0.0.1:1883"}}).mqtt.enabled
+
+    def test_tail_entries(self) -> None:
+        s = Settings.from_mapping(
+            {
+                "tail": [
+                    {
+                        "format": "openarena",
+                        "path": "/x/games.log",
+                        "server": "oa-1",
+                        "options": {"bots": "exclude"},
+                    }
+                ]
+            }
+        )
+        assert s.tail[0].format == "openarena"
+        assert s.tail[0].key == "tail:/x/games.log"
+        assert dict(s.tail[0].options) == {"bots": "exclude"}
+        with pytest.raises(ConfigError) as info:
+            Settings.from_mapping({"tail": [{"format": "", "path": 3, "nope": 1}]})
+        assert {p.key for p in info.value.problems} == {"tail[0].format", "tail[0].path", "tail[0].nope"}

@@ -122,6 +122,14 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
         "Start-ups that found the newest checkpoint corrupt and used an older one.",
         value=snap.checkpoint_fallbacks,
     )
+    unrated = CounterMetricFamily(
+        "arenad_unrated_deaths",
+        "Deaths in game-server logs that are not pairwise kills (world kills, suicides...), by kind.",
+        labels=["kind"],
+    )
+    for kind, n in sorted(snap.unrated_deaths.items()):
+        unrated.add_metric([kind], n)
+    yield unrated
     yield GaugeMetricFamily(
         "arenad_mqtt_connected", "1 while the MQTT session is up, else 0.", value=int(snap.mqtt_connected)
     )

@@ -44,10 +44,12 @@ from arenad.daemon.logs import RejectWarnings
 from arenad.daemon.metrics import Metrics, serve_metrics
 from arenad.daemon.query import QueryHandler, close_servers, serve_query
 from arenad.daemon.sources.mqtt import MqttStatus, load_password, run_mqtt, tls_context
+from arenad.daemon.sources.tail import LogFollower
 from arenad.daemon.sources.udp import open_udp
 from arenad.daemon.state import Checkpoints, Journal, Record, RecoveryReport, StateError
 from arenad.daemon.types import Batch, MetricsSnapshot
-from arenad.errors import ArenadError
+from arenad.errors import ArenadError, ConfigError, ConfigProblem
+from arenad.feeds import discover_feeds
 from arenad.settings import Settings
 
 log = structlog.get_logger("arenad")
@@ -85,6 +87,9 @@ class Daemon:
         self.checkpoint_last_success = 0.0
         self.checkpoint_failures = 0
         self.recovery = RecoveryReport()
+        #: Resume positions of log followers as of the last journaled batch (checkpointed).
+        self.positions: dict[str, dict[str, Any]] = {}
+        self.followers: list[LogFollower] = []
         self.ready = False
         self.mqtt_status = MqttStatus()
         self.journal = Journal(self.state_dir)
@@ -117,6 +122,7 @@ class Daemon:
             journal_bytes=self.journal.bytes_written,
             recovery_truncations=1 if self.recovery.truncated_bytes else 0,
             checkpoint_fallbacks=self.recovery.fallbacks,
+            unrated_deaths=sum((f.status.nonkills for f in self.followers), Counter()),
             mqtt_connected=self.mqtt_status.connected,
             ready=self.ready,
         )
@@ -162,6 +168,7 @@ class Daemon:
             self.intake = intake
             self.seq = seq
             self.applied = int(payload.get("applied", 0))
+            self.positions = dict(payload.get("positions", {}))
             report.checkpoint = path
             report.checkpoint_seq = seq
             break
@@ -199,6 +206,7 @@ class Daemon:
             "applied": self.applied,
             "engine": self.engine.export_state(),
             "dedupe": self.intake.export_state(),
+            "positions": dict(self.positions),
         }
 
     async def checkpoint(self) -> None:
@@ -266,6 +274,9 @@ class Daemon:
                 await asyncio.sleep(0)
             # fsync off the event loop; nothing is applied or acknowledged before it returns.
             await asyncio.to_thread(self.journal.sync)
+        for batch in batches:
+            if batch.position is not None:  # what this batch held is journaled: resume after it
+                self.positions[batch.position[0]] = batch.position[1]
         observe = self.metrics.update_seconds.observe
         engine = self.engine
         apply = engine.apply  # recalibration is handled just below, exactly as Engine.feed does
@@ -410,6 +421,7 @@ class Daemon:
             if s.udp.enabled:
                 udp_transport, _ = await open_udp(s.udp, self.queue, self.dropped)
                 self.bound["udp"] = udp_transport.get_extra_info("sockname")[:2]
+            self.followers = self._make_followers()
             # The initial checkpoint makes the recovered state durable before new intake.
             await self.checkpoint()
             self.ready = True
@@ -424,6 +436,8 @@ class Daemon:
                         run_mqtt(s.mqtt, self.queue, self.mqtt_status, self.mqtt_stop, password),
                         name="mqtt",
                     )
+                for follower in self.followers:
+                    tg.create_task(follower.run(self.stop), name=follower.spec.key)
                 tg.create_task(self._stop_intake_on_signal(udp_transport), name="stopper")
             sdnotify.notify("STOPPING=1")
             await self.checkpoint()
@@ -433,6 +447,31 @@ class Daemon:
             self.ready = False
             if udp_transport is not None:
                 udp_transport.close()
+
+    def _make_followers(self) -> list[LogFollower]:
+        """One follower per ``[[tail]]`` / ``--tail``, resuming from its checkpointed position."""
+        if not self.settings.tail:
+            return []
+        feeds, errors = discover_feeds()
+        for error in errors:
+            log.warning("feed_plugin_failed", error=error)
+        out = []
+        for spec in self.settings.tail:
+            plugin = feeds.get(spec.format)
+            if plugin is None:
+                raise ConfigError(
+                    [
+                        ConfigProblem(
+                            "tail.format", spec.format, f"no such feed (known: {', '.join(sorted(feeds))})"
+                        )
+                    ]
+                )
+            options = dict(spec.options)
+            if spec.server is not None:
+                options.setdefault("server", spec.server)
+            follower = LogFollower(spec, plugin.parser(options), self.queue, self.positions.get(spec.key))
+            out.append(follower)
+        return out
 
     async def _stop_intake_on_signal(self, udp: asyncio.DatagramTransport | None) -> None:
         await self.stop.wait()

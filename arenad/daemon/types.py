@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from arenad.core.events import KillEvent, Reject
 from arenad.decode import decode_msgpack
@@ -35,6 +36,9 @@ class Batch:
     payload: bytes | None = None
     #: How to decode ``payload`` (default: one msgpack event or array of events, as UDP sends).
     decode: Callable[[bytes], list[KillEvent | Reject]] | None = None
+    #: (source key, position after this batch) for sources that resume by position (log files);
+    #: the engine task keeps the position of the last journaled batch for the checkpoint.
+    position: tuple[str, dict[str, Any]] | None = None
 
     def decoded(self) -> list[KillEvent | Reject]:
         """The items, decoding ``payload`` once on first use."""
@@ -63,5 +67,6 @@ class MetricsSnapshot:
     journal_bytes: int = 0
     recovery_truncations: int = 0  # torn journal tails cut at start-up
     checkpoint_fallbacks: int = 0  # corrupt newest checkpoint, older one used
+    unrated_deaths: Counter[str] = field(default_factory=Counter)  # world_kill, suicide, ... (logs)
     mqtt_connected: bool = False
     ready: bool = False  # state loaded: /healthz answers 200

@@ -1,0 +1,191 @@
+"""Log-file follower with ``tail -F`` semantics, feeding a game-server log through a feed parser.
+
+* It may start before the file exists, and follows the *name*: when the file is rotated (the
+  name now points at another inode) it finishes the old file, then reads the new one from its
+  start; when the file is truncated in place it starts again at offset 0.
+* Partial lines are buffered until their newline arrives (a rotated file's unterminated last
+  line is taken as complete: its writer has moved on).
+* Every batch it hands the engine carries the follower's position after it (inode, offset and
+  the parser's state). The engine records the position of the last *journaled* batch and the
+  checkpoint stores it, so a restart resumes exactly there: nothing is skipped. Lines between
+  that checkpoint and the crash are read again, and their kills, which carry stable ids from the
+  parser, are refused as ``duplicate_id`` instead of being rated twice.
+* It waits on the bounded engine queue, so a busy engine pauses the reading (nothing is lost:
+  the file keeps the data).
+
+Polling (every ``poll`` seconds at end of file) rather than inotify: it needs no dependency,
+works on every filesystem, and costs one ``stat`` per poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from arenad.core.events import KillEvent, Reject
+from arenad.daemon.types import Batch
+from arenad.feeds import FeedParser, NonKill
+
+log = structlog.get_logger("arenad.tail")
+
+CHUNK = 256 * 1024
+#: Lines parsed between two yields to the event loop.
+LINES_PER_SLICE = 200
+
+
+@dataclass(frozen=True, slots=True)
+class TailSpec:
+    """One followed file: ``[[tail]]`` in the config or ``--tail FORMAT:PATH``."""
+
+    format: str
+    path: str
+    server: str | None = None
+    from_start: bool = False  # on the very first start: read the existing file, or only what comes
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def key(self) -> str:
+        """The name of this source in metrics, positions and logs."""
+        return f"tail:{self.path}"
+
+
+@dataclass(slots=True)
+class TailStatus:
+    lines: int = 0
+    rotations: int = 0
+    truncations: int = 0
+    nonkills: Counter[str] = field(default_factory=Counter)
+
+
+class LogFollower:
+    """Follows one file; ``run`` until ``stop`` is set."""
+
+    def __init__(
+        self,
+        spec: TailSpec,
+        parser: FeedParser,
+        queue: asyncio.Queue[Batch],
+        position: Mapping[str, Any] | None = None,
+        poll: float = 0.2,
+    ) -> None:
+        self.spec = spec
+        self.parser = parser
+        self.queue = queue
+        self.poll = poll
+        self.status = TailStatus()
+        self._saved = dict(position) if position else None
+        if self._saved and self._saved.get("parser") is not None:
+            parser.restore(self._saved["parser"])
+
+    async def run(self, stop: asyncio.Event) -> None:
+        path = Path(self.spec.path)
+        handle: Any = None
+        ident: tuple[int, int] | None = None
+        offset = 0
+        buf = b""
+        first_open = True
+        try:
+            while not stop.is_set():
+                if handle is None:
+                    try:
+                        handle = path.open("rb")
+                    except FileNotFoundError:
+                        first_open = False  # a file that appears later is read from its start
+                        await _wait(stop, self.poll)
+                        continue
+                    opened = os.fstat(handle.fileno())
+                    ident = (opened.st_dev, opened.st_ino)
+                    offset, buf = self._start_offset(ident, opened.st_size, first_open), b""
+                    handle.seek(offset)
+                    first_open = False
+                    log.info("tail_opened", path=str(path), offset=offset)
+                data = handle.read(CHUNK)
+                if data:
+                    buf += data
+                    cut = buf.rfind(b"\n")
+                    if cut >= 0:
+                        lines, buf = buf[:cut].split(b"\n"), buf[cut + 1 :]
+                        offset += cut + 1
+                        await self._emit(lines, ident, offset)
+                    continue
+                # At the end of the file: rotated, truncated, or just nothing new yet?
+                st: os.stat_result | None
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    st = None
+                now_ident = (st.st_dev, st.st_ino) if st is not None else None
+                if now_ident != ident:
+                    # Rotated (the name points at a new file) or removed: the old file is done.
+                    if buf:  # its last, unterminated line is complete now: the writer moved on
+                        offset += len(buf)
+                        await self._emit([buf], ident, offset)
+                        buf = b""
+                    handle.close()
+                    handle = None
+                    self._saved = None  # whatever appears under the name is read from its start
+                    if now_ident is not None:
+                        self.status.rotations += 1
+                        log.info("tail_rotated", path=str(path))
+                        continue
+                elif st is not None and st.st_size < offset:
+                    self.status.truncations += 1
+                    log.info("tail_truncated", path=str(path), size=st.st_size, offset=offset)
+                    handle.seek(0)
+                    offset, buf = 0, b""
+                    continue
+                await _wait(stop, self.poll)
+        finally:
+            if handle is not None:
+                handle.close()
+
+    def _start_offset(self, ident: tuple[int, int], size: int, first_open: bool) -> int:
+        saved = self._saved
+        if (
+            saved is not None
+            and (saved.get("dev"), saved.get("inode")) == ident
+            and saved.get("offset", 0) <= size
+        ):
+            return int(saved["offset"])  # the same file as at the checkpoint: resume there
+        if saved is not None:
+            return 0  # rotated while arenad was down: the new file from its start
+        if first_open and not self.spec.from_start:
+            return size  # first run ever: like tail -F, only what is written from now on
+        return 0
+
+    async def _emit(self, lines: list[bytes], ident: tuple[int, int] | None, end_offset: int) -> None:
+        items: list[KillEvent | Reject] = []
+        parser = self.parser
+        nonkills = self.status.nonkills
+        now = time.time()
+        for k, raw in enumerate(lines, start=1):
+            line = raw[:-1] if raw.endswith(b"\r") else raw  # CRLF logs from Windows servers
+            for item in parser.feed(line, now):
+                if isinstance(item, (KillEvent, Reject)):
+                    items.append(item)
+                elif isinstance(item, NonKill):
+                    nonkills[item.kind] += 1
+            if k % LINES_PER_SLICE == 0:
+                await asyncio.sleep(0)
+        self.status.lines += len(lines)
+        dev, inode = ident if ident is not None else (0, 0)
+        position = {"dev": dev, "inode": inode, "offset": end_offset, "parser": parser.state()}
+        await self.queue.put(
+            Batch(
+                source=self.spec.key, items=items, server=self.spec.server, position=(self.spec.key, position)
+            )
+        )
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
