@@ -203,6 +203,10 @@ class MetricsSettings:
 
     listen: str = "127.0.0.1:9108"  # "off" disables
 
+    @property
+    def enabled(self) -> bool:
+        return not _off(self.listen)
+
     def problems(self) -> list[ConfigProblem]:
         out: list[ConfigProblem] = []
         if _need_str(out, "metrics", self, "listen") and not _off(self.listen):

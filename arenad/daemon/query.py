@@ -39,7 +39,7 @@ import structlog
 from arenad.core.engine import Engine
 from arenad.core.events import MAX_NAME_BYTES
 from arenad.core.params import TIER_NAMES
-from arenad.daemon.config import QuerySettings, _off, parse_hostport
+from arenad.daemon.config import QuerySettings, parse_hostport
 from arenad.errors import ArenadError
 
 log = structlog.get_logger("arenad.query")
@@ -575,8 +575,7 @@ async def serve_query(handler: QueryHandler, settings: QuerySettings) -> list[as
     connections = _Connections(handler, settings)
     servers: list[asyncio.Server] = []
     try:
-        # _off: exactly the "disabled" spellings check-config accepts for query.listen.
-        if not _off(settings.listen):
+        if settings.tcp_enabled:
             host, port = parse_hostport(settings.listen)
             server = await asyncio.start_server(connections.serve, host, port)
             _SERVED[server] = _Served(connections, None)

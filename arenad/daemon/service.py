@@ -382,7 +382,7 @@ class Daemon:
     async def _serve(self, servers: list[asyncio.Server]) -> int:
         s = self.settings
         # Metrics first: /healthz answers 503 while the state is being loaded.
-        if s.metrics.listen.strip().lower() not in ("", "off"):
+        if s.metrics.enabled:
             host, port = parse_hostport(s.metrics.listen)
             msrv = await serve_metrics(host, port, self.metrics, lambda: self.ready)
             servers.append(msrv)
