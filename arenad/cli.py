@@ -67,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--query", metavar="ADDR", help='query TCP listen address, or "off"')
     run.add_argument("--query-unix", metavar="PATH", help="also serve queries on this Unix socket")
     run.add_argument("--metrics", metavar="ADDR", help='Prometheus listen address, or "off"')
+    run.add_argument("--source-udp", metavar="ADDR", help='Source-engine UDP log listen address, or "off"')
     run.add_argument(
         "--tail",
         action="append",
@@ -198,6 +199,7 @@ _RUN_FLAGS = (
     ("query", "query", "listen"),
     ("query_unix", "query", "unix"),
     ("metrics", "metrics", "listen"),
+    ("source_udp", "source_udp", "listen"),
     ("log_format", "log", "format"),
     ("log_level", "log", "level"),
 )
@@ -221,7 +223,7 @@ def apply_run_flags(settings: Settings, args: argparse.Namespace) -> Settings:
         else:
             tails.append(TailSpec(fmt, path))
     s = replace(s, tail=tuple(tails))
-    for section in (s.daemon, s.udp, s.mqtt, s.query, s.metrics, s.log):
+    for section in (s.daemon, s.udp, s.mqtt, s.query, s.metrics, s.log, s.source_udp):
         problems.extend(section.problems())
     if problems:
         raise ConfigError(problems, "command line")

@@ -24,6 +24,7 @@ from arenad.daemon.config import (
     UdpSettings,
     section_from_mapping,
 )
+from arenad.daemon.sources.hl_udp import HlUdpSettings, hl_udp_from_mapping
 from arenad.daemon.sources.tail import TailSpec
 from arenad.errors import ConfigError, ConfigProblem
 
@@ -35,7 +36,7 @@ _DAEMON_SECTIONS: dict[str, type[Any]] = {
     "metrics": MetricsSettings,
     "log": LogSettings,
 }
-SECTIONS = ("adr", *_DAEMON_SECTIONS, "tail")
+SECTIONS = ("adr", *_DAEMON_SECTIONS, "source_udp", "tail")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class Settings:
     query: QuerySettings = field(default_factory=QuerySettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    source_udp: HlUdpSettings = field(default_factory=HlUdpSettings)  # Source-engine UDP logs
     tail: tuple[TailSpec, ...] = ()  # [[tail]]: game-server log files to follow
 
     @classmethod
@@ -74,9 +76,16 @@ class Settings:
                 continue
             sections[name] = section_from_mapping(section_cls, name, table, problems)
         tails = tail_specs_from_toml(data.get("tail", []), problems)
+        hl_table = data.get("source_udp", {})
+        hl_udp = HlUdpSettings()
+        if not isinstance(hl_table, Mapping):
+            problems.append(ConfigProblem("source_udp", hl_table, "must be a table"))
+        else:
+            hl_udp, more = hl_udp_from_mapping(hl_table)
+            problems.extend(more)
         if problems:
             raise ConfigError(problems, source)
-        return cls(adr=adr, tail=tails, **sections)
+        return cls(adr=adr, tail=tails, source_udp=hl_udp, **sections)
 
 
 def load_settings(path: Path | str | None) -> Settings:

@@ -43,6 +43,7 @@ from arenad.daemon.intake import Intake
 from arenad.daemon.logs import RejectWarnings
 from arenad.daemon.metrics import Metrics, serve_metrics
 from arenad.daemon.query import QueryHandler, close_servers, serve_query
+from arenad.daemon.sources.hl_udp import HlUdpSource, load_secrets, open_hl_udp
 from arenad.daemon.sources.mqtt import MqttStatus, load_password, run_mqtt, tls_context
 from arenad.daemon.sources.tail import LogFollower
 from arenad.daemon.sources.udp import open_udp
@@ -90,6 +91,7 @@ class Daemon:
         #: Resume positions of log followers as of the last journaled batch (checkpointed).
         self.positions: dict[str, dict[str, Any]] = {}
         self.followers: list[LogFollower] = []
+        self.hl_udp: HlUdpSource | None = None
         self.ready = False
         self.mqtt_status = MqttStatus()
         self.journal = Journal(self.state_dir)
@@ -122,7 +124,10 @@ class Daemon:
             journal_bytes=self.journal.bytes_written,
             recovery_truncations=1 if self.recovery.truncated_bytes else 0,
             checkpoint_fallbacks=self.recovery.fallbacks,
-            unrated_deaths=sum((f.status.nonkills for f in self.followers), Counter()),
+            unrated_deaths=sum(
+                (f.status.nonkills for f in self.followers),
+                Counter(self.hl_udp.nonkills) if self.hl_udp is not None else Counter(),
+            ),
             mqtt_connected=self.mqtt_status.connected,
             ready=self.ready,
         )
@@ -390,6 +395,7 @@ class Daemon:
         # Secrets and TLS files are checked before anything is loaded: a typo fails at start with
         # the key named, instead of surfacing later inside the MQTT task.
         password = load_password(s.mqtt) if s.mqtt.enabled else None
+        hl_secrets = load_secrets(s.source_udp) if s.source_udp.enabled else None
         if s.mqtt.enabled:
             tls_context(s.mqtt)
         started = time.perf_counter()
@@ -406,6 +412,7 @@ class Daemon:
             seconds=round(time.perf_counter() - started, 3),
         )
         udp_transport: asyncio.DatagramTransport | None = None
+        hl_transport: asyncio.DatagramTransport | None = None
         try:
             handler = QueryHandler(
                 lambda: self.engine,
@@ -421,6 +428,11 @@ class Daemon:
             if s.udp.enabled:
                 udp_transport, _ = await open_udp(s.udp, self.queue, self.dropped)
                 self.bound["udp"] = udp_transport.get_extra_info("sockname")[:2]
+            if s.source_udp.enabled:
+                hl_transport, self.hl_udp = await open_hl_udp(
+                    s.source_udp, self.queue, self.dropped, hl_secrets
+                )
+                self.bound["source_udp"] = hl_transport.get_extra_info("sockname")[:2]
             self.followers = self._make_followers()
             # The initial checkpoint makes the recovered state durable before new intake.
             await self.checkpoint()
@@ -438,15 +450,16 @@ class Daemon:
                     )
                 for follower in self.followers:
                     tg.create_task(follower.run(self.stop), name=follower.spec.key)
-                tg.create_task(self._stop_intake_on_signal(udp_transport), name="stopper")
+                tg.create_task(self._stop_intake_on_signal(udp_transport, hl_transport), name="stopper")
             sdnotify.notify("STOPPING=1")
             await self.checkpoint()
             log.info("arenad_stopped", seq=self.seq, players=len(self.engine))
             return 0
         finally:
             self.ready = False
-            if udp_transport is not None:
-                udp_transport.close()
+            for transport in (udp_transport, hl_transport):
+                if transport is not None:
+                    transport.close()
 
     def _make_followers(self) -> list[LogFollower]:
         """One follower per ``[[tail]]`` / ``--tail``, resuming from its checkpointed position."""
@@ -473,11 +486,12 @@ class Daemon:
             out.append(follower)
         return out
 
-    async def _stop_intake_on_signal(self, udp: asyncio.DatagramTransport | None) -> None:
+    async def _stop_intake_on_signal(self, *udp: asyncio.DatagramTransport | None) -> None:
         await self.stop.wait()
         log.info("stop_requested", queued=self.queue.qsize())
-        if udp is not None:
-            udp.close()  # no new datagrams; what is queued is still applied
+        for transport in udp:
+            if transport is not None:
+                transport.close()  # no new datagrams; what is queued is still applied
         # Wake the engine task if it is waiting on an empty queue (a full queue wakes it anyway).
         with contextlib.suppress(asyncio.QueueFull):
             self.queue.put_nowait(Batch(source="control", items=[]))

@@ -341,3 +341,42 @@ class TestCommands:
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert missing.returncode == 1
+
+
+class TestSourceUdpLogs:
+    """A real daemon takes Source-engine log lines over UDP, with sv_logsecret, and rates them."""
+
+    def test_secret_logs_are_rated_and_others_unauthorised(self, tmp_path: Path) -> None:
+        import os
+        import socket as sk
+
+        config = tmp_path / "arenad.toml"
+        config.write_text(
+            '[[source_udp.servers]]\nname = "cs-1"\naddress = "127.0.0.1"\n'
+            'secret_env = "ARENAD_TEST_LOGSECRET"\n'
+        )
+        os.environ["ARENAD_TEST_LOGSECRET"] = "hunter2"
+        try:
+            d = DaemonProcess(tmp_path / "state", config=config, extra=["--source-udp", "127.0.0.1:0"])
+            d.start()
+        finally:
+            del os.environ["ARENAD_TEST_LOGSECRET"]
+        try:
+            host, port = d.addresses["source_udp"]
+            now = time.gmtime()
+            stamp = time.strftime("%m/%d/%Y - %H:%M:%S", now)
+            a = '"Alice<2><[U:1:1001]><CT>"'
+            b = '"Bob<3><[U:1:1002]><TERRORIST>"'
+            kill = f'L {stamp}: {a} [1 2 3] killed {b} [4 5 6] with "ak47" (headshot)'
+            with sk.socket(sk.AF_INET, sk.SOCK_DGRAM) as s:
+                s.sendto(b"\xff\xff\xff\xffShunter2" + kill.encode() + b"\n\x00", (host, port))
+                s.sendto(b"\xff\xff\xff\xffSwrong" + kill.encode(), (host, port))
+                s.sendto(b"\xff\xff\xff\xffR" + kill.encode(), (host, port))  # a secret is configured
+            stats = d.wait_for(
+                lambda st: st["applied"] == 1 and st["rejected_by_daemon"].get("unauthorised") == 2
+            )
+            assert stats["players"] == 2
+            got = d.query({"op": "get", "player": "steam:[U:1:1001]"})
+            assert got["ok"] and got["events"] == 1 and got["mu"] > 1000
+        finally:
+            d.kill()

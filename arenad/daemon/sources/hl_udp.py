@@ -370,7 +370,7 @@ class HlUdpSource(asyncio.DatagramProtocol):
                 self._by_host[host] = route
             else:
                 self._exact[(host, port)] = route
-        self._unknown = 0
+        self._unknown_parsers: dict[str, SourceParser] = {}
         self._routes: dict[tuple[str, int], _Route | Reject] = {}
         #: Deaths that are not pairwise kills, by kind (suicide, world_kill, ...): metrics only.
         self.nonkills: Counter[str] = Counter()
@@ -404,14 +404,14 @@ class HlUdpSource(asyncio.DatagramProtocol):
         where = sender_id(host, port)
         if not self.settings.accept_unknown:
             return Reject(RejectReason.UNAUTHORISED, f"sender {where} is not in {SOURCE}.servers")
-        parser = self.parsers.get(where)
+        # Kept apart from the listed servers' parsers, even should a listed name read "host:port".
+        parser = self._unknown_parsers.get(where)
         if parser is None:
-            if self._unknown >= MAX_UNKNOWN_SENDERS:
+            if len(self._unknown_parsers) >= MAX_UNKNOWN_SENDERS:
                 return Reject(
                     RejectReason.UNAUTHORISED, f"sender {where}: over {MAX_UNKNOWN_SENDERS} unlisted senders"
                 )
-            self._unknown += 1
-            parser = self._parser(where)
+            parser = self._unknown_parsers[where] = self._parser(where)
         return _Route(where, None, parser)
 
     def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
