@@ -232,6 +232,19 @@ def _identity(p: _Player) -> str | Reject:
 _COUNTERS: Final = ("lines", "kills", "non_kills", "rejects", "boundaries", "identities", "ignored")
 
 
+#: The phrases after a player token that ``_player_event`` acts on.
+_HANDLED_PHRASES = (
+    ' killed "',
+    " committed suicide with ",
+    " was killed by ",
+    " entered the game",
+    " changed name to ",
+)
+
+
+_HANDLED_PHRASES_B = tuple(p.encode() for p in _HANDLED_PHRASES)
+
+
 class SourceParser:
     """One Source server's log stream (a file or one server's datagrams, already unframed)."""
 
@@ -304,6 +317,11 @@ class SourceParser:
             return []
         if not line.startswith(_LINE_START):
             return [Reject(RejectReason.MALFORMED, "not an HL log line (no 'L ' at the start)")]
+        # Most lines of a busy server are damage, purchases and chat (a player event whose phrase
+        # we do not handle): skip them before decoding and matching, so that parsing costs less
+        # than the rating update it feeds. Byte 25 is the first after "L MM/DD/YYYY - HH:MM:SS: ".
+        if line[25:26] == b'"' and not any(p in line for p in _HANDLED_PHRASES_B) and line.count(b'"') >= 2:
+            return []
         # Source cuts names at a byte limit, which can split a UTF-8 character: keep the line.
         text = line.decode("utf-8", "replace")
         stamp = _HEADER.match(text)
