@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import os
 import socket
 import time
 from collections import Counter
@@ -38,6 +37,7 @@ from arenad_feeds.source import SourceFeed, SourceOptions, SourceParser, unframe
 
 from arenad.core.events import MAX_NAME_BYTES, KillEvent, Reject, RejectReason
 from arenad.daemon.config import parse_hostport
+from arenad.daemon.secrets import read_secret
 from arenad.daemon.types import Batch
 from arenad.errors import ConfigError, ConfigProblem
 from arenad.feeds import NonKill
@@ -291,32 +291,7 @@ def load_secret(server: HlServer, key: str = f"{SOURCE}.servers[]") -> str | Non
     A named source that is missing or empty is a ``ConfigError`` naming ``<key>.secret_env`` or
     ``<key>.secret_file``: listening without the secret would only refuse every datagram later.
     """
-    if server.secret_env:
-        value = os.environ.get(server.secret_env)
-        if not value:
-            raise ConfigError(
-                [
-                    ConfigProblem(
-                        f"{key}.secret_env", server.secret_env, "environment variable not set or empty"
-                    )
-                ]
-            )
-        return value
-    if server.secret_file:
-        try:
-            with open(server.secret_file, encoding="utf-8") as fh:
-                first = fh.readline().rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as e:
-            message = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            raise ConfigError(
-                [ConfigProblem(f"{key}.secret_file", server.secret_file, f"cannot read: {message}")]
-            ) from e
-        if not first:
-            raise ConfigError(
-                [ConfigProblem(f"{key}.secret_file", server.secret_file, "first line is empty")]
-            )
-        return first
-    return None
+    return read_secret(server.secret_env, server.secret_file, f"{key}.secret_env", f"{key}.secret_file")
 
 
 def load_secrets(settings: HlUdpSettings) -> dict[str, str | None]:

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import random
 import ssl
 from collections.abc import Sequence
@@ -62,6 +61,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from arenad.core.events import KillEvent, Reject, RejectReason
 from arenad.daemon.config import MqttSettings
+from arenad.daemon.secrets import read_secret
 from arenad.daemon.types import Batch
 from arenad.decode import decode_json_line, decode_msgpack, looks_like_json
 from arenad.errors import ConfigError, ConfigProblem
@@ -218,32 +218,9 @@ def load_password(settings: MqttSettings) -> str | None:
     Secrets never live in the config file, only where it points. A named source that is missing
     or empty is a ``ConfigError``: connecting without the password would only fail later, slower.
     """
-    if settings.password_env:
-        value = os.environ.get(settings.password_env)
-        if not value:
-            raise ConfigError(
-                [
-                    ConfigProblem(
-                        "mqtt.password_env", settings.password_env, "environment variable not set or empty"
-                    )
-                ]
-            )
-        return value
-    if settings.password_file:
-        try:
-            with open(settings.password_file, encoding="utf-8") as fh:
-                first = fh.readline().rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as e:
-            message = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            raise ConfigError(
-                [ConfigProblem("mqtt.password_file", settings.password_file, f"cannot read: {message}")]
-            ) from e
-        if not first:
-            raise ConfigError(
-                [ConfigProblem("mqtt.password_file", settings.password_file, "first line is empty")]
-            )
-        return first
-    return None
+    return read_secret(
+        settings.password_env, settings.password_file, "mqtt.password_env", "mqtt.password_file"
+    )
 
 
 def backoff_delay(settings: MqttSettings, failures: int, rng: random.Random | None = None) -> float:
