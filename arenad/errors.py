@@ -4,7 +4,9 @@
 
     ArenadError
     ├── ConfigError        a settings file or parameter set is invalid (lists every problem)
-    └── InputError         an input file cannot be read at all (a bad *line* is a reject, not an error)
+    ├── InputError         an input file cannot be read at all (a bad *line* is a reject, not an error)
+    ├── StateError         the state directory cannot be used (arenad.daemon.state)
+    └── QueryClientError   ``arenad query`` got no usable answer (arenad.daemon.query_client)
 """
 
 from __future__ import annotations
