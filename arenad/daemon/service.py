@@ -124,10 +124,7 @@ class Daemon:
             journal_bytes=self.journal.bytes_written,
             recovery_truncations=1 if self.recovery.truncated_bytes else 0,
             checkpoint_fallbacks=self.recovery.fallbacks,
-            unrated_deaths=sum(
-                (f.status.nonkills for f in self.followers),
-                Counter(self.hl_udp.nonkills) if self.hl_udp is not None else Counter(),
-            ),
+            unrated_deaths=self._unrated_deaths(),
             mqtt_connected=self.mqtt_status.connected,
             ready=self.ready,
         )
@@ -142,7 +139,18 @@ class Daemon:
             "checkpoint_seq": self.checkpoint_seq,
             "queue_depth": self.queue.qsize(),
             "mqtt_connected": self.mqtt_status.connected,
+            "unrated_deaths": dict(self._unrated_deaths()),
+            "tails": {
+                f.spec.key: {"lines": f.status.lines, "rotations": f.status.rotations} for f in self.followers
+            },
         }
+
+    def _unrated_deaths(self) -> Counter[str]:
+        """World kills, suicides, team kills... seen in game-server logs (never rated)."""
+        total: Counter[str] = Counter(self.hl_udp.nonkills) if self.hl_udp is not None else Counter()
+        for follower in self.followers:
+            total.update(follower.status.nonkills)
+        return total
 
     # ------------------------------------------------------------------ state
     def _lock_state_dir(self) -> None:

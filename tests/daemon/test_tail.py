@@ -169,6 +169,7 @@ class TestDaemonFollowsOpenArena:
             assert stats["received"][source] == 1291  # player kills only: the rest is counted apart
             assert d.metric("arenad_unrated_deaths_total", 'kind="suicide"') == 70
             assert d.metric("arenad_unrated_deaths_total", 'kind="world_kill"') == 1
+            assert d.stats()["unrated_deaths"] == {"suicide": 70, "world_kill": 1}
             rated_before = stats["applied"] + stats["filtered"]
             # Rotate: the old file keeps its name with .1, a new games.log starts.
             log.rename(tmp_path / "games.log.1")
