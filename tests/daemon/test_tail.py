@@ -145,8 +145,13 @@ class TestDaemonFollowsOpenArena:
         second = (REALDATA / "openarena-2.log").read_bytes().splitlines(keepends=True)
         config = tmp_path / "arenad.toml"
         # The captures are from 2026-11-30: accept them however old they are when this runs.
-        config.write_text("[daemon]\nmax_event_age = 1e10\n")
-        d = DaemonProcess(tmp_path / "state", config=config, extra=["--tail", f"openarena:{log}"])
+        # from_start: the writer may create the file before the follower first looks for it;
+        # without it a file that already exists at the first look is only read from its end.
+        config.write_text(
+            "[daemon]\nmax_event_age = 1e10\n"
+            f'[[tail]]\nformat = "openarena"\npath = "{log}"\nfrom_start = true\n'
+        )
+        d = DaemonProcess(tmp_path / "state", config=config)
         try:
             d.start(udp="off")  # the file does not exist yet
             source = f"tail:{log}"
