@@ -90,6 +90,7 @@ class Daemon:
         self.recovery = RecoveryReport()
         #: Resume positions of log followers as of the last journaled batch (checkpointed).
         self.positions: dict[str, dict[str, Any]] = {}
+        self._positions_moved = False  # a follower moved on since the last checkpoint
         self.followers: list[LogFollower] = []
         self.hl_udp: HlUdpSource | None = None
         self.ready = False
@@ -229,7 +230,7 @@ class Daemon:
         overlap and the engine does not change while its state is copied.
         """
         seq = self.seq
-        if seq == self.checkpoint_seq and self.checkpoints.list():
+        if seq == self.checkpoint_seq and not self._positions_moved and self.checkpoints.list():
             return
         started = time.perf_counter()
         self.journal.open_segment(seq + 1)
@@ -246,6 +247,7 @@ class Daemon:
             log.error("checkpoint_failed", seq=seq, error=str(e))
             return
         self.checkpoint_seq = seq
+        self._positions_moved = False
         self.checkpoint_last_success = time.time()
         kept = self.checkpoints.list()
         if kept:
@@ -290,6 +292,7 @@ class Daemon:
         for batch in batches:
             if batch.position is not None:  # what this batch held is journaled: resume after it
                 self.positions[batch.position[0]] = batch.position[1]
+                self._positions_moved = True
         observe = self.metrics.update_seconds.observe
         engine = self.engine
         apply = engine.apply  # recalibration is handled just below, exactly as Engine.feed does
