@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -54,40 +54,35 @@ QUERY_BUCKETS = (
 CHECKPOINT_BUCKETS = (1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
+def _by_label(name: str, doc: str, label: str, counts: Mapping[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for key, n in sorted(counts.items()):
+        family.add_metric([key], n)
+    return family
+
+
 def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
     """The state metrics of one snapshot. CounterMetricFamily appends ``_total`` to the name."""
-    received = CounterMetricFamily("arenad_events_received", "Events received, by source.", labels=["source"])
-    for source, n in sorted(snap.received.items()):
-        received.add_metric([source], n)
-    yield received
+    yield _by_label("arenad_events_received", "Events received, by source.", "source", snap.received)
     yield CounterMetricFamily(
         "arenad_events_applied", "Events applied to the ratings (valid and not filtered).", value=snap.applied
     )
-    rejected = CounterMetricFamily(
-        "arenad_events_rejected", "Invalid events refused, by reason.", labels=["reason"]
-    )
-    for reason, n in sorted(snap.rejected.items()):
-        rejected.add_metric([reason], n)
-    yield rejected
-    filtered = CounterMetricFamily(
+    yield _by_label("arenad_events_rejected", "Invalid events refused, by reason.", "reason", snap.rejected)
+    yield _by_label(
         "arenad_events_filtered",
         "Valid events not rated (e.g. repeat-kill cooldown), by reason.",
-        labels=["reason"],
+        "reason",
+        snap.filtered,
     )
-    for reason, n in sorted(snap.filtered.items()):
-        filtered.add_metric([reason], n)
-    yield filtered
-    dropped = CounterMetricFamily(
+    yield _by_label(
         "arenad_events_dropped",
         "Events lost before decoding under overload (UDP only), by source.",
-        labels=["source"],
+        "source",
+        snap.dropped,
     )
-    for source, n in sorted(snap.dropped.items()):
-        dropped.add_metric([source], n)
-    yield dropped
     yield GaugeMetricFamily("arenad_players_tracked", "Players with a rating.", value=snap.players_tracked)
     yield GaugeMetricFamily(
-        "arenad_players_active", "Players in the active set (placed in tiers).", value=snap.players_active
+        "arenad_players_active", "Players in the active set (recent events, §2.3).", value=snap.players_active
     )
     by_tier = GaugeMetricFamily(
         "arenad_players_by_tier", "Players per tier (1H best .. 5L, unplaced).", labels=["tier"]
@@ -122,14 +117,12 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
         "Start-ups that found the newest checkpoint corrupt and used an older one.",
         value=snap.checkpoint_fallbacks,
     )
-    unrated = CounterMetricFamily(
+    yield _by_label(
         "arenad_unrated_deaths",
         "Deaths in game-server logs that are not pairwise kills (world kills, suicides...), by kind.",
-        labels=["kind"],
+        "kind",
+        snap.unrated_deaths,
     )
-    for kind, n in sorted(snap.unrated_deaths.items()):
-        unrated.add_metric([kind], n)
-    yield unrated
     yield GaugeMetricFamily(
         "arenad_mqtt_connected", "1 while the MQTT session is up, else 0.", value=int(snap.mqtt_connected)
     )
