@@ -1,0 +1,76 @@
+"""The one Protocol every rating model implements (STYLE.md §5), and what the models share.
+
+A model is pure: no I/O and no clock. Time comes in with each call as ``t`` (event seconds); a
+model that has no notion of time ignores it. The contract, for every model:
+
+* ``predict(a, b, t)`` is P(a kills b) *before* the kill at ``t`` is rated. A player the model
+  has not seen yet is rated at the model's prior.
+* ``update(attacker, victim, t)`` rates one kill. A self-kill (``attacker == victim``) is not a
+  pairwise result and changes nothing.
+* A model that rates in periods (``glicko2-period``) applies what it collected once ``t`` passes
+  a period boundary; ``predict`` and ``update`` both move its clock to ``t``, so a prediction sees
+  every period that has ended by then.
+* ``rating`` is on the model's own scale; ``display`` is the model's conservative display rating
+  (each model documents its rule).
+* ``export_state`` returns plain values; ``import_state`` on a model built the same way continues
+  exactly where the exported one stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from arenad.errors import ConfigError, ConfigProblem
+
+#: Version of the state layout written by the models of this package (ADR keeps its own).
+STATE_VERSION = 1
+
+
+class RatingModel(Protocol):
+    """A rating model: one kill at a time in, probabilities and ratings out."""
+
+    name: str
+
+    def predict(self, a: str, b: str, t: float) -> float:
+        """P(``a`` kills ``b``) before the update at ``t``; unknown players get the prior."""
+        ...
+
+    def update(self, attacker: str, victim: str, t: float) -> None:
+        """Rate one kill: ``attacker`` killed ``victim`` at ``t`` (seconds)."""
+        ...
+
+    def rating(self, player: str) -> float:
+        """The player's rating on the model's own scale (the prior when unknown)."""
+        ...
+
+    def display(self, player: str) -> float:
+        """The conservative display rating (the rule is documented per model)."""
+        ...
+
+    def players(self) -> list[str]:
+        """Every player the model has rated, in first-seen order."""
+        ...
+
+    def export_state(self) -> dict[str, Any]:
+        """Everything needed to continue exactly from here, as plain values."""
+        ...
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        """Replace this model's state by an ``export_state`` of a model of the same kind."""
+        ...
+
+
+def require(section: str, checks: Iterable[tuple[bool, str, object, str]]) -> None:
+    """Raise one ``ConfigError`` naming every failed ``(ok, key, value, message)`` check."""
+    problems = [ConfigProblem(f"{section}.{key}", value, msg) for ok, key, value, msg in checks if not ok]
+    if problems:
+        raise ConfigError(problems)
+
+
+def check_state(state: dict[str, Any], kind: str) -> None:
+    """Refuse a state exported by another kind of model or another layout version."""
+    if state.get("kind") != kind:
+        raise ValueError(f"state kind {state.get('kind')!r}, expected {kind!r}")
+    if state.get("version") != STATE_VERSION:
+        raise ValueError(f"state version {state.get('version')!r}, expected {STATE_VERSION}")
