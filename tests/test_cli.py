@@ -227,3 +227,29 @@ class TestOpenArenaReplay:
             summary["applied"] + summary["filtered"] + sum(summary["rejected"].values()) == summary["kills"]
         )
         assert {r["player"] for r in read_state(out)} == {f"bot:{p}" for p in players}
+
+
+class TestEvaluate:
+    """`arenad evaluate` scores every requested model on the same walk-forward stream."""
+
+    def test_simulated_stream_report(self, tmp_path: Path) -> None:
+        proc = arenad(
+            "evaluate", "--models", "adr,elo,glicko2,trueskill", "--players", "30", "--days", "2",
+            "--block", "100", "--test-every", "4", "--out", tmp_path,
+        )  # fmt: skip
+        assert "online_log_loss" in proc.stdout
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert set(report["models"]) == {"adr", "elo", "glicko2", "trueskill"}
+        for metrics in report["models"].values():
+            assert 0.0 < metrics["online_log_loss"] < 1.5
+            assert 0.0 <= metrics["online_auc"] <= 1.0
+            assert metrics["heldout_n"] > 0
+
+    def test_events_file_and_unknown_model(self, tmp_path: Path) -> None:
+        events = tmp_path / "e.jsonl"
+        arenad("generate", "--players", "20", "--days", "1", "--out", events)
+        out = arenad("evaluate", "--models", "elo", "--block", "50", "--test-every", "3", events).stdout
+        assert "elo" in out
+        proc = arenad("evaluate", "--models", "nope", events, check=False)
+        assert proc.returncode == 2
+        assert "unknown model" in proc.stderr
