@@ -68,6 +68,11 @@ def require(section: str, checks: Iterable[tuple[bool, str, object, str]]) -> No
         raise ConfigError(problems)
 
 
+def state_envelope(kind: str, **payload: Any) -> dict[str, Any]:
+    """An exported state: the model kind and layout version that ``check_state`` verifies."""
+    return {"kind": kind, "version": STATE_VERSION, **payload}
+
+
 def check_state(state: dict[str, Any], kind: str) -> None:
     """Refuse a state exported by another kind of model or another layout version."""
     if state.get("kind") != kind:

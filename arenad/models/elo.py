@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from arenad.models.base import STATE_VERSION, check_state, require
+from arenad.models.base import check_state, require, state_envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,12 +120,11 @@ class Elo:
         return list(self._r)
 
     def export_state(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "version": STATE_VERSION,
-            "params": asdict(self.params),
-            "ratings": dict(self._r),
-        }
+        return state_envelope(
+            self.kind,
+            params=asdict(self.params),
+            ratings=dict(self._r),
+        )
 
     def import_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind)
@@ -194,15 +193,14 @@ class DynamicElo:
         return list(self._r)
 
     def export_state(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "version": STATE_VERSION,
-            "schedule": asdict(self.schedule),
-            "initial": self.initial,
-            "scale": self.scale,
-            "ratings": dict(self._r),
-            "events": dict(self._n),
-        }
+        return state_envelope(
+            self.kind,
+            schedule=asdict(self.schedule),
+            initial=self.initial,
+            scale=self.scale,
+            ratings=dict(self._r),
+            events=dict(self._n),
+        )
 
     def import_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind)

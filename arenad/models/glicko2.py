@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from arenad.models.base import STATE_VERSION, check_state, require
+from arenad.models.base import check_state, require, state_envelope
 
 #: r = 1500 + SCALE·μ and RD = SCALE·φ (Glickman).
 SCALE = 173.7178
@@ -226,12 +226,11 @@ class Glicko2:
         return list(self._state)
 
     def export_state(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "version": STATE_VERSION,
-            "params": asdict(self.params),
-            "players": {p: list(v) for p, v in self._state.items()},
-        }
+        return state_envelope(
+            self.kind,
+            params=asdict(self.params),
+            players={p: list(v) for p, v in self._state.items()},
+        )
 
     def import_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind)
@@ -366,14 +365,13 @@ class Glicko2Period:
         return list(self._state)
 
     def export_state(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "version": STATE_VERSION,
-            "params": asdict(self.params),
-            "period": self._period,
-            "players": {p: list(v) for p, v in self._state.items()},
-            "pending": {p: list(v) for p, v in self._pending.items()},
-        }
+        return state_envelope(
+            self.kind,
+            params=asdict(self.params),
+            period=self._period,
+            players={p: list(v) for p, v in self._state.items()},
+            pending={p: list(v) for p, v in self._pending.items()},
+        )
 
     def import_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind)

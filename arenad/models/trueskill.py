@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from statistics import NormalDist
 from typing import Any
 
-from arenad.models.base import STATE_VERSION, check_state, require
+from arenad.models.base import check_state, require, state_envelope
 
 _SQRT1_2 = math.sqrt(0.5)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -141,12 +141,11 @@ class TrueSkill:
         return list(self._state)
 
     def export_state(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "version": STATE_VERSION,
-            "params": asdict(self.params),
-            "players": {p: list(v) for p, v in self._state.items()},
-        }
+        return state_envelope(
+            self.kind,
+            params=asdict(self.params),
+            players={p: list(v) for p, v in self._state.items()},
+        )
 
     def import_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind)
