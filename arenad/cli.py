@@ -19,7 +19,7 @@ from arenad.decode import iter_file
 from arenad.errors import ArenadError, ConfigError, ConfigProblem
 from arenad.evaluation import evaluate_stream
 from arenad.feeds import discover_feeds
-from arenad.models import BUILTIN_MODELS
+from arenad.models import discover_models
 from arenad.replay import replay_files, replay_log_files, write_state
 from arenad.settings import Settings, load_settings
 from arenad.simulate import Population, event_stream, format_table, simulate_returning, simulate_tiers
@@ -195,10 +195,13 @@ def _feed_options(pairs: list[str]) -> dict[str, object]:
 
 def _evaluate(args: argparse.Namespace) -> int:
     names = [n.strip() for n in args.models.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BUILTIN_MODELS]
+    known, errors = discover_models()
+    for error in errors:
+        print(f"arenad evaluate: model plugin not loaded: {error}", file=sys.stderr)
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
         print(
-            f"arenad evaluate: unknown model(s) {unknown} (known: {', '.join(BUILTIN_MODELS)})",
+            f"arenad evaluate: unknown model(s) {unknown} (known: {', '.join(known)})",
             file=sys.stderr,
         )
         return 2
@@ -209,7 +212,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         pop = Population(players=args.players, days=args.days, seed=args.seed)
         events = event_stream(pop)
         source = [f"simulated: {args.players} players, {args.days} days, seed {args.seed}"]
-    models = {name: BUILTIN_MODELS[name]() for name in names}
+    models = {name: known[name]() for name in names}
     report = evaluate_stream(models, events, test_every=args.test_every, seed=args.seed, block=args.block)
     rows = [
         {"model": name, **{k: round(v, 4) if math.isfinite(v) else None for k, v in metrics.items()}}
@@ -264,10 +267,11 @@ def _first_doc_line(name: str, factory: object) -> str:
 
 def _plugins() -> int:
     feeds, errors = discover_feeds()
+    models, model_errors = discover_models()
     print(json.dumps({
-        "models": {name: _first_doc_line(name, factory) for name, factory in BUILTIN_MODELS.items()},
+        "models": {name: _first_doc_line(name, factory) for name, factory in models.items()},
         "feeds": {name: plugin.description for name, plugin in sorted(feeds.items())},
-        "errors": errors,
+        "errors": errors + model_errors,
     }, indent=2))  # fmt: skip
     return 1 if errors else 0
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import msgpack
 
-from arenad.core.events import KillEvent, Reject, RejectReason, event_from_obj
+from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason, event_from_obj
 from arenad.errors import InputError
 
 #: Longest JSON line accepted (a line holds one event or an array of events).
 MAX_LINE_BYTES = 1 << 20
 
-Decoded = KillEvent | Reject
+Decoded = KillEvent | PlacementEvent | Reject
 
 
 def _expand(obj: object) -> Iterator[Decoded]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
-from arenad.core.events import KillEvent, Reject
+from arenad.core.events import KillEvent, PlacementEvent, Reject
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ class NonKill:
     victim: str
 
 
-FeedItem = KillEvent | Reject | IdentityUpdate | MatchBoundary | NonKill
+FeedItem = KillEvent | PlacementEvent | Reject | IdentityUpdate | MatchBoundary | NonKill
 
 
 @runtime_checkable

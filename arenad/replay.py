@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from arenad.core.engine import REJECT_REASONS, Engine, Outcome
-from arenad.core.events import KillEvent, Reject
+from arenad.core.events import KillEvent, PlacementEvent, Reject
 from arenad.core.params import ADRParams
 from arenad.decode import iter_file
 from arenad.errors import InputError
@@ -29,6 +29,8 @@ class ReplaySummary:
     filtered: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     players: int = 0
+    #: Match-placement events read (ADR does not rate them).
+    placements: int = 0
     seconds: float = 0.0
     #: Log formats only: lines read, player kills, and deaths that are not pairwise kills.
     log: dict[str, int] | None = None
@@ -40,6 +42,7 @@ class ReplaySummary:
             "filtered": self.filtered,
             "rejected": dict(sorted(self.rejected.items())),
             "players": self.players,
+            "placements": self.placements,
             "seconds": round(self.seconds, 6),
             "events_per_s": round(self.events / self.seconds, 1) if self.seconds > 0 else None,
         }
@@ -56,7 +59,7 @@ class ReplaySummary:
             self.rejected[REJECT_REASONS[outcome]] += 1
 
 
-def replay_events(engine: Engine, events: Iterable[KillEvent | Reject]) -> ReplaySummary:
+def replay_events(engine: Engine, events: Iterable[KillEvent | PlacementEvent | Reject]) -> ReplaySummary:
     """Feed decoded events (and count decoder rejects) through ``engine`` in order."""
     summary = ReplaySummary()
     rejected = summary.rejected
@@ -65,6 +68,9 @@ def replay_events(engine: Engine, events: Iterable[KillEvent | Reject]) -> Repla
         summary.events += 1
         if isinstance(ev, Reject):
             rejected[ev.reason.value] += 1
+            continue
+        if isinstance(ev, PlacementEvent):
+            summary.placements += 1  # a match result: ADR rates kills only
             continue
         summary.count(engine.feed(ev.attacker, ev.victim, ev.t))
     summary.seconds = time.perf_counter() - started
@@ -75,7 +81,7 @@ def replay_events(engine: Engine, events: Iterable[KillEvent | Reject]) -> Repla
 def replay_files(paths: Iterable[Path], params: ADRParams) -> tuple[Engine, ReplaySummary]:
     engine = Engine(params)
 
-    def events() -> Iterator[KillEvent | Reject]:
+    def events() -> Iterator[KillEvent | PlacementEvent | Reject]:
         for path in paths:
             yield from iter_file(path)
 

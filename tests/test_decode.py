@@ -169,5 +169,5 @@ class TestFastPath:
         if isinstance(slow, KillEvent):
             assert fast == slow
         else:
-            assert isinstance(fast, Reject)
+            assert isinstance(fast, Reject) and isinstance(slow, Reject)
             assert fast.reason is slow.reason

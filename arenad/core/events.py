@@ -13,6 +13,8 @@ from typing import Any
 
 #: Longest player, server, id or weapon string accepted, in UTF-8 bytes (wire schema).
 MAX_NAME_BYTES = 128
+#: Most players one match-placement event may rank (an FFA server holds far fewer).
+MAX_PLACEMENT_PLAYERS = 256
 
 
 class RejectReason(StrEnum):
@@ -43,6 +45,27 @@ class KillEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class PlacementEvent:
+    """A match ended at ``t`` with these placements: groups of players, best first.
+
+    Players in one group tied. ADR rates kills only and does not consume these; the models that
+    rate matches (TrueSkill FFA, OpenSkill, Glicko-2 MP-weighted) do.
+    """
+
+    t: float
+    placements: tuple[tuple[str, ...], ...]
+    server: str | None = None
+    id: str | None = None
+
+    @property
+    def players(self) -> int:
+        return sum(len(group) for group in self.placements)
+
+
+Event = KillEvent | PlacementEvent
+
+
+@dataclass(frozen=True, slots=True)
 class Reject:
     """A refused input with its reason and a short human-readable detail."""
 
@@ -70,7 +93,7 @@ def _text(obj: dict[Any, Any], key: str, required: bool) -> str | Reject | None:
 _SAFE_CHARS = MAX_NAME_BYTES // 4
 
 
-def event_from_obj(obj: object) -> KillEvent | Reject:
+def event_from_obj(obj: object) -> KillEvent | PlacementEvent | Reject:
     """Validate one decoded event object (a JSON object or msgpack map) of the wire schema."""
     # Fast path for the shape well-behaved senders use; anything else (or any doubt) goes through
     # the detailed checks below, which also name the reason of a refusal.
@@ -99,9 +122,7 @@ def event_from_obj(obj: object) -> KillEvent | Reject:
     return _event_from_obj_slow(obj)
 
 
-def _event_from_obj_slow(obj: object) -> KillEvent | Reject:
-    if not isinstance(obj, dict):
-        return Reject(RejectReason.MALFORMED, f"an event must be a map, got {type(obj).__name__}")
+def _time(obj: dict[Any, Any]) -> float | Reject:
     if "t" not in obj:
         return Reject(RejectReason.MISSING_FIELD, "missing 't'")
     t = obj["t"]
@@ -113,6 +134,29 @@ def _event_from_obj_slow(obj: object) -> KillEvent | Reject:
         return Reject(RejectReason.NON_FINITE_TIME, "'t' does not fit a float")
     if not math.isfinite(tf):
         return Reject(RejectReason.NON_FINITE_TIME, f"'t' is {tf!r}")
+    return tf
+
+
+def _event_id(obj: dict[Any, Any]) -> str | Reject | None:
+    if obj.get("id") is None:
+        return None
+    raw = obj["id"]
+    if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+        return Reject(RejectReason.BAD_TYPE, f"'id' must be a string or integer, got {type(raw).__name__}")
+    event_id = str(raw)
+    if len(event_id) > MAX_NAME_BYTES or len(event_id.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return Reject(RejectReason.OVERSIZE, f"'id' longer than {MAX_NAME_BYTES} bytes")
+    return event_id
+
+
+def _event_from_obj_slow(obj: object) -> KillEvent | PlacementEvent | Reject:
+    if not isinstance(obj, dict):
+        return Reject(RejectReason.MALFORMED, f"an event must be a map, got {type(obj).__name__}")
+    if "placements" in obj:
+        return _placement_from_obj(obj)
+    tf = _time(obj)
+    if isinstance(tf, Reject):
+        return tf
     fields: list[str | None] = []
     for key, required in (("attacker", True), ("victim", True), ("server", False), ("weapon", False)):
         v = _text(obj, key, required)
@@ -121,16 +165,56 @@ def _event_from_obj_slow(obj: object) -> KillEvent | Reject:
         fields.append(v)
     attacker, victim, server, weapon = fields
     assert attacker is not None and victim is not None  # required fields were checked above
-    event_id: str | None = None
-    if obj.get("id") is not None:
-        raw = obj["id"]
-        if isinstance(raw, bool) or not isinstance(raw, (str, int)):
-            return Reject(
-                RejectReason.BAD_TYPE, f"'id' must be a string or integer, got {type(raw).__name__}"
-            )
-        event_id = str(raw)
-        if len(event_id) > MAX_NAME_BYTES or len(event_id.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-            return Reject(RejectReason.OVERSIZE, f"'id' longer than {MAX_NAME_BYTES} bytes")
+    event_id = _event_id(obj)
+    if isinstance(event_id, Reject):
+        return event_id
     if attacker == victim:
         return Reject(RejectReason.SELF_KILL, "attacker and victim are the same player")
     return KillEvent(tf, attacker, victim, server, event_id, weapon)
+
+
+def _placement_from_obj(obj: dict[Any, Any]) -> PlacementEvent | Reject:
+    """``{"t", "placements": [[player, ...], ...], "server"?, "id"?}``: groups best first."""
+    unknown = set(obj) - {"t", "placements", "server", "id"}
+    if unknown:
+        return Reject(
+            RejectReason.MALFORMED, f"unknown field(s) in a placement event: {sorted(map(str, unknown))}"
+        )
+    tf = _time(obj)
+    if isinstance(tf, Reject):
+        return tf
+    server = _text(obj, "server", False)
+    if isinstance(server, Reject):
+        return server
+    event_id = _event_id(obj)
+    if isinstance(event_id, Reject):
+        return event_id
+    raw = obj["placements"]
+    if not isinstance(raw, list):
+        return Reject(RejectReason.BAD_TYPE, f"'placements' must be an array, got {type(raw).__name__}")
+    groups: list[tuple[str, ...]] = []
+    seen: set[str] = set()
+    for k, group in enumerate(raw):
+        if not isinstance(group, list) or not group:
+            return Reject(RejectReason.BAD_TYPE, f"'placements'[{k}] must be a non-empty array of players")
+        names: list[str] = []
+        for player in group:
+            if not isinstance(player, str) or not player:
+                return Reject(RejectReason.BAD_TYPE, f"'placements'[{k}] holds a non-string or empty player")
+            if len(player) > MAX_NAME_BYTES or len(player.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+                return Reject(
+                    RejectReason.OVERSIZE,
+                    f"a player in 'placements'[{k}] is longer than {MAX_NAME_BYTES} bytes",
+                )
+            if player in seen:
+                return Reject(RejectReason.MALFORMED, f"player {player[:32]!r} is placed twice")
+            seen.add(player)
+            if len(seen) > MAX_PLACEMENT_PLAYERS:
+                return Reject(
+                    RejectReason.OVERSIZE, f"more than {MAX_PLACEMENT_PLAYERS} players in one match"
+                )
+            names.append(player)
+        groups.append(tuple(names))
+    if len(seen) < 2:
+        return Reject(RejectReason.MALFORMED, "a match needs at least two players")
+    return PlacementEvent(tf, tuple(groups), server, event_id)

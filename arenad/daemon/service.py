@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - not available on every platform
     uvloop = None  # type: ignore[assignment]
 
 from arenad.core.engine import REJECT_REASONS, Engine, Outcome
-from arenad.core.events import Reject
+from arenad.core.events import PlacementEvent, Reject
 from arenad.core.params import TIER_NAMES
 from arenad.daemon import sdnotify
 from arenad.daemon.config import parse_hostport
@@ -275,6 +275,9 @@ class Daemon:
                     await asyncio.sleep(0)  # let queries and sources run between slices
                 if isinstance(item, Reject):
                     self._count_reject(item, batch.source)
+                    continue
+                if isinstance(item, PlacementEvent):
+                    self.filtered["placement"] += 1  # ADR rates kills; match results go to shadows
                     continue
                 checked = check(item, batch.server, now)
                 if isinstance(checked, Reject):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from arenad.core.events import KillEvent, Reject
+from arenad.core.events import KillEvent, PlacementEvent, Reject
 from arenad.decode import decode_msgpack
 
 
@@ -28,19 +28,19 @@ class Batch:
     """
 
     source: str
-    items: list[KillEvent | Reject]
+    items: list[KillEvent | PlacementEvent | Reject]
     server: str | None = None
     done: Callable[[], None] | None = None
     #: An undecoded payload: decoded by the engine task, in slices between which queries are
     #: served, instead of in the source's callback where a burst would stall them.
     payload: bytes | None = None
     #: How to decode ``payload`` (default: one msgpack event or array of events, as UDP sends).
-    decode: Callable[[bytes], list[KillEvent | Reject]] | None = None
+    decode: Callable[[bytes], list[KillEvent | PlacementEvent | Reject]] | None = None
     #: (source key, position after this batch) for sources that resume by position (log files);
     #: the engine task keeps the position of the last journaled batch for the checkpoint.
     position: tuple[str, dict[str, Any]] | None = None
 
-    def decoded(self) -> list[KillEvent | Reject]:
+    def decoded(self) -> list[KillEvent | PlacementEvent | Reject]:
         """The items, decoding ``payload`` once on first use."""
         if self.payload is not None:
             payload, self.payload = self.payload, None

@@ -18,24 +18,60 @@ are the ones a configuration or an evaluation run uses:
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import entry_points
 
-from arenad.core.params import ADRParams
-from arenad.models.adr import ADRModel
-from arenad.models.base import RatingModel
+from arenad.models.adr import ADRModel, adr_printed, adr_unanchored
+from arenad.models.base import MatchModel, RatingModel, is_offline, placement_pairs, rates_matches
 from arenad.models.elo import DynamicElo, Elo
 from arenad.models.glicko2 import Glicko2, Glicko2Period
 from arenad.models.trueskill import TrueSkill
 
-__all__ = ["BUILTIN_MODELS", "RatingModel"]
+__all__ = [
+    "BUILTIN_MODELS",
+    "MatchModel",
+    "ModelFactory",
+    "RatingModel",
+    "discover_models",
+    "is_offline",
+    "placement_pairs",
+    "rates_matches",
+]
 
-#: Built-in models by name: each factory returns a fresh model with default parameters.
-BUILTIN_MODELS: dict[str, Callable[[], RatingModel]] = {
+#: What the ``arenad.models`` entry points name: a class or function returning a fresh model.
+ModelFactory = Callable[[], RatingModel]
+
+#: Built-in models by name: each factory returns a fresh model with default parameters. They are
+#: also registered as ``arenad.models`` entry points (pyproject.toml), like third-party ones.
+BUILTIN_MODELS: dict[str, ModelFactory] = {
     "adr": ADRModel,
-    "adr-printed": lambda: ADRModel(ADRParams(loser_rule="printed"), name="adr-printed"),
-    "adr-unanchored": lambda: ADRModel(ADRParams(anchor=False), name="adr-unanchored"),
+    "adr-printed": adr_printed,
+    "adr-unanchored": adr_unanchored,
     "elo": Elo,
     "elo-dynamic": DynamicElo,
     "glicko2": Glicko2,
     "glicko2-period": Glicko2Period,
     "trueskill": TrueSkill,
 }
+
+
+def discover_models() -> tuple[dict[str, ModelFactory], list[str]]:
+    """Built-ins plus the ``arenad.models`` entry points; returns the factories and the errors.
+
+    A third-party model that fails to load is reported (the caller logs or prints it), never
+    fatal. Built-ins win a name clash: they are registered as entry points too.
+    """
+    models: dict[str, ModelFactory] = dict(BUILTIN_MODELS)
+    errors: list[str] = []
+    for ep in entry_points(group="arenad.models"):
+        if ep.name in models:
+            continue
+        try:
+            factory = ep.load()
+        except Exception as e:  # a broken plugin must not stop arenad
+            errors.append(f"{ep.name}: {type(e).__name__}: {e}")
+            continue
+        if not callable(factory):
+            errors.append(f"{ep.name}: {ep.value} is not callable")
+            continue
+        models[ep.name] = factory
+    return models, errors

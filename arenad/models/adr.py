@@ -54,3 +54,13 @@ class ADRModel:
 
     def import_state(self, state: dict[str, Any]) -> None:
         self.engine = Engine.from_state(state, self.params)
+
+
+def adr_printed() -> ADRModel:
+    """ADR with the §4.2 victim update as printed (``loser_rule="printed"``), for comparison."""
+    return ADRModel(ADRParams(loser_rule="printed"), name="adr-printed")
+
+
+def adr_unanchored() -> ADRModel:
+    """ADR without the scale anchor (``anchor=False``), for comparison."""
+    return ADRModel(ADRParams(anchor=False), name="adr-unanchored")

@@ -14,12 +14,22 @@ model that has no notion of time ignores it. The contract, for every model:
   (each model documents its rule).
 * ``export_state`` returns plain values; ``import_state`` on a model built the same way continues
   exactly where the exported one stopped.
+
+Two optional capabilities, found with :func:`rates_matches` and :func:`is_offline`:
+
+* A model that rates whole matches also has ``update_match(placements, t)`` (``MatchModel``):
+  ``placements`` are groups of players, best first, players in one group tied — the
+  match-placement event kind. Kill-only models (ADR, Elo) do not learn from placements.
+* An *offline* model (class attribute ``offline = True``: Bradley–Terry, Whole-History Rating)
+  refits over the whole history it was given. It answers the same calls, so the evaluation
+  harness runs it like any other, but its cost grows with the history, so the daemon refuses it
+  as a shadow model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from arenad.errors import ConfigError, ConfigProblem
 
@@ -59,6 +69,40 @@ class RatingModel(Protocol):
     def import_state(self, state: dict[str, Any]) -> None:
         """Replace this model's state by an ``export_state`` of a model of the same kind."""
         ...
+
+
+@runtime_checkable
+class MatchModel(Protocol):
+    """A model that also rates match placements (groups of players, best first; a group ties)."""
+
+    def update_match(self, placements: Sequence[Sequence[str]], t: float) -> None:
+        """Rate one finished match at ``t``."""
+        ...
+
+
+def rates_matches(model: object) -> bool:
+    """Whether ``model`` learns from match-placement events."""
+    return isinstance(model, MatchModel)
+
+
+def is_offline(model: object) -> bool:
+    """Whether ``model`` refits over its whole history (evaluation only, never a daemon shadow)."""
+    return bool(getattr(model, "offline", False))
+
+
+def placement_pairs(placements: Sequence[Sequence[str]]) -> list[tuple[str, str]]:
+    """Every (better, worse) pair of players in different groups of a match, best groups first.
+
+    This is how a match result is scored as pairwise predictions: P(better beats worse). Tied
+    players (one group) are not a pairwise outcome and give no pair.
+    """
+    pairs: list[tuple[str, str]] = []
+    for k, group in enumerate(placements):
+        for worse_group in placements[k + 1 :]:
+            for a in group:
+                for b in worse_group:
+                    pairs.append((a, b))
+    return pairs
 
 
 def require(section: str, checks: Iterable[tuple[bool, str, object, str]]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from arenad.core.events import KillEvent, Reject, RejectReason
+from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.daemon.sources import hl_udp
 from arenad.daemon.sources.hl_udp import (
     HlServer,
@@ -87,7 +87,7 @@ def exchange(
     return asyncio.run(run())
 
 
-def only_item(batch: Batch) -> KillEvent | Reject:
+def only_item(batch: Batch) -> KillEvent | PlacementEvent | Reject:
     assert batch.source == "source_udp"
     assert len(batch.items) == 1
     return batch.items[0]

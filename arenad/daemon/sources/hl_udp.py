@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from arenad_feeds.source import SourceFeed, SourceOptions, SourceParser, unframe_udp
 
-from arenad.core.events import MAX_NAME_BYTES, KillEvent, Reject, RejectReason
+from arenad.core.events import MAX_NAME_BYTES, KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.daemon.config import parse_hostport
 from arenad.daemon.secrets import read_secret
 from arenad.daemon.types import Batch
@@ -405,7 +405,7 @@ class HlUdpSource(asyncio.DatagramProtocol):
             reject = Reject(RejectReason.MALFORMED, f"feed parser failed: {type(e).__name__}: {e}")
             self._put([reject], route.server)
             return
-        items: list[KillEvent | Reject] = []
+        items: list[KillEvent | PlacementEvent | Reject] = []
         for item in parsed:
             if isinstance(item, (KillEvent, Reject)):
                 items.append(item)
@@ -415,7 +415,7 @@ class HlUdpSource(asyncio.DatagramProtocol):
         if items:
             self._put(items, route.server)
 
-    def _put(self, items: list[KillEvent | Reject], server: str | None) -> None:
+    def _put(self, items: list[KillEvent | PlacementEvent | Reject], server: str | None) -> None:
         try:
             self.queue.put_nowait(Batch(SOURCE, items, server=server))
         except asyncio.QueueFull:

@@ -59,7 +59,7 @@ import structlog
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from arenad.core.events import KillEvent, Reject, RejectReason
+from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.daemon.config import MqttSettings
 from arenad.daemon.secrets import read_secret
 from arenad.daemon.types import Batch
@@ -88,7 +88,7 @@ class MqttStatus:
 # ---------------------------------------------------------------------------- pure helpers
 def decode_payload(
     payload: bytes, mode: str, *, max_payload: int = _DEFAULT_MAX_PAYLOAD
-) -> list[KillEvent | Reject]:
+) -> list[KillEvent | PlacementEvent | Reject]:
     """One MQTT payload — an event or a list of events — as events and rejects; never empty.
 
     ``mode`` is ``"auto"``, ``"json"`` or ``"msgpack"``. Auto-detection is exact for valid input:

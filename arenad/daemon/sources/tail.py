@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from arenad.core.events import KillEvent, Reject
+from arenad.core.events import KillEvent, PlacementEvent, Reject
 from arenad.daemon.types import Batch
 from arenad.feeds import FeedParser, NonKill
 
@@ -163,7 +163,7 @@ class LogFollower:
         return 0
 
     async def _emit(self, lines: list[bytes], ident: tuple[int, int] | None, end_offset: int) -> None:
-        items: list[KillEvent | Reject] = []
+        items: list[KillEvent | PlacementEvent | Reject] = []
         parser = self.parser
         nonkills = self.status.nonkills
         now = time.time()
