@@ -117,6 +117,8 @@ def replay_log_files(
                 elif isinstance(item, Reject):
                     summary.events += 1
                     summary.rejected[item.reason.value] += 1
+                elif isinstance(item, PlacementEvent):
+                    summary.placements += 1  # a match's final scores: ADR rates kills only
                 elif isinstance(item, NonKill):
                     counts[_NONKILL_KEYS.get(item.kind, item.kind)] += 1
     summary.seconds = time.perf_counter() - started

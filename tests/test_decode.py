@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arenad.core.events import KillEvent, Reject, RejectReason, event_from_obj
+from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason, event_from_obj
 from arenad.decode import decode_json_line, decode_msgpack, decode_msgpack_stream, iter_file
 
 GOOD = {"t": 1700000000.5, "attacker": "alice", "victim": "bob", "server": "eu-1", "id": 7, "weapon": "rail"}
@@ -171,3 +171,77 @@ class TestFastPath:
         else:
             assert isinstance(fast, Reject) and isinstance(slow, Reject)
             assert fast.reason is slow.reason
+
+
+# ---------------------------------------------------------------------------- match placements
+PLACED = {
+    "t": 1700000100.0,
+    "placements": [["alice"], ["bob", "carol"], ["dave"]],
+    "server": "eu-1",
+    "id": "m1",
+}
+
+
+class TestPlacementEvents:
+    """``{"t", "placements": [[player, ...], ...], "server"?, "id"?}``: a match result."""
+
+    def test_valid(self) -> None:
+        ev = event_from_obj(PLACED)
+        assert ev == PlacementEvent(1700000100.0, (("alice",), ("bob", "carol"), ("dave",)), "eu-1", "m1")
+        assert isinstance(ev, PlacementEvent) and ev.players == 4
+
+    def test_same_from_json_and_msgpack(self) -> None:
+        from_json = list(decode_json_line(json.dumps([PLACED, GOOD]).encode()))
+        from_msgpack = list(decode_msgpack(msgpack.packb([PLACED, GOOD])))
+        assert from_json == from_msgpack
+        assert [type(x) for x in from_json] == [PlacementEvent, KillEvent]
+
+    @pytest.mark.parametrize(
+        ("patch", "reason"),
+        [
+            ({"placements": "alice,bob"}, RejectReason.BAD_TYPE),
+            ({"placements": [["alice"], "bob"]}, RejectReason.BAD_TYPE),
+            ({"placements": [["alice"], []]}, RejectReason.BAD_TYPE),
+            ({"placements": [["alice"], [7]]}, RejectReason.BAD_TYPE),
+            ({"placements": [["alice"], [""]]}, RejectReason.BAD_TYPE),
+            ({"placements": [["alice"], ["x" * 129]]}, RejectReason.OVERSIZE),
+            ({"placements": [["alice"], ["bob", "alice"]]}, RejectReason.MALFORMED),
+            ({"placements": [["alice"]]}, RejectReason.MALFORMED),
+            ({"placements": []}, RejectReason.MALFORMED),
+            ({"placements": [[f"p{i}"] for i in range(257)]}, RejectReason.OVERSIZE),
+            ({"t": math.nan}, RejectReason.NON_FINITE_TIME),
+            ({"t": "now"}, RejectReason.BAD_TYPE),
+            ({"server": 3}, RejectReason.BAD_TYPE),
+            ({"id": 1.5}, RejectReason.BAD_TYPE),
+            ({"attacker": "alice"}, RejectReason.MALFORMED),  # a kill and a match at once
+        ],
+    )
+    def test_refused_with_reason(self, patch: dict[str, object], reason: RejectReason) -> None:
+        ev = event_from_obj({**PLACED, **patch})
+        assert isinstance(ev, Reject), ev
+        assert ev.reason is reason
+        assert ev.detail
+
+    def test_missing_time(self) -> None:
+        ev = event_from_obj({"placements": [["a"], ["b"]]})
+        assert isinstance(ev, Reject) and ev.reason is RejectReason.MISSING_FIELD
+
+    def test_a_tie_of_everyone_is_a_valid_match(self) -> None:
+        ev = event_from_obj({"t": 1.0, "placements": [["a", "b", "c"]]})
+        assert isinstance(ev, PlacementEvent) and ev.placements == (("a", "b", "c"),)
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        groups=st.lists(
+            st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4), min_size=1, max_size=6
+        ),
+        t=st.floats(allow_nan=False, allow_infinity=False),
+    )
+    def test_any_valid_match_round_trips(self, groups: list[list[str]], t: float) -> None:
+        flat = [p for g in groups for p in g]
+        ev = event_from_obj({"t": t, "placements": groups})
+        if len(set(flat)) == len(flat) >= 2:
+            assert ev == PlacementEvent(t, tuple(tuple(g) for g in groups))
+            assert list(decode_msgpack(msgpack.packb({"t": t, "placements": groups}))) == [ev]
+        else:
+            assert isinstance(ev, Reject) and ev.reason is RejectReason.MALFORMED

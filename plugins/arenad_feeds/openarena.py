@@ -8,6 +8,7 @@ started (it restarts at ``0:00`` on every ``InitGame``). The lines that matter::
     Kill: 3 9 6: Tony killed Ayumi by MOD_ROCKET
     ClientDisconnect: 3
     Exit: Fraglimit hit.
+    score: 30  ping: 0  client: 4 Morgan
     ShutdownGame:
 
 **Kills are keyed on client slots, never on names** (a name may contain `` killed `` or
@@ -41,6 +42,14 @@ rated by default (option ``bots = "include"``): on community servers they are re
 - otherwise a ``KillEvent`` with ``weapon`` = the ``MOD_...`` name. A victim pushed into lava
   is credited to the pusher by the game (``g_awardpushing``) and is a real player kill.
 
+**Match results.** The ``score:`` lines the server prints right after ``Exit`` are the final
+scoreboard. When they end (at the next line that is not a ``score:`` line) they become one
+``PlacementEvent`` at the time of the ``Exit`` line: players grouped by score, best first, equal
+scores tied, each slot read as its current player (unannounced slots and, with
+``bots = "exclude"``, bots are left out; fewer than two players gives nothing). Its id is
+``<map>:placements``. ADR rates kills only; the match models (TrueSkill FFA, OpenSkill,
+Glicko-2 MP) rate these.
+
 **Time.** ``t = map_start + game_seconds / timescale`` (unix seconds), so the §2.1 cooldown and
 §5 decay see wall-clock seconds. ``timescale`` is the server's ``timescale`` cvar: at
 ``timescale 4`` game time runs four times faster than wall time. ``map_start`` is, per map:
@@ -64,7 +73,8 @@ each log file its own ``server`` when several have no ``g_timestamp``.
 
 **Bad lines** never stop the feed. A line that is meant as one of the events above but cannot be
 parsed (non-numeric slots, an ``InitGame`` without a clock) is a ``Reject(MALFORMED)`` with a
-detail; every other line (``Item``, ``say``, ``score``, ``Award``, separators, noise) is ignored.
+detail; every other line (``Item``, ``say``, ``Award``, separators, noise) is ignored, and so
+is a ``score:`` line that does not follow an ``Exit`` or cannot be read.
 """
 
 from __future__ import annotations
@@ -76,7 +86,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from arenad.core.events import MAX_NAME_BYTES, KillEvent, Reject, RejectReason
+from arenad.core.events import MAX_NAME_BYTES, KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.errors import ConfigError, ConfigProblem
 from arenad.feeds import FeedItem, IdentityUpdate, MatchBoundary, NonKill
 
@@ -111,6 +121,8 @@ _SLOT_ONLY = re.compile(r"[ \t]*(\d{1,5})[ \t]*", re.ASCII)
 _COLOUR = re.compile(r"\^[0-9A-Za-z]")
 _G_TIMESTAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)", re.ASCII)
 _SMALL_INT = re.compile(r"[0-9]{1,5}")
+# `score: 30  ping: 0  client: 4 Morgan` (G_LogPrintf in ioquake3's LogExit).
+_SCORE = re.compile(r"[ \t]*(-?\d{1,6})[ \t]+ping:[ \t]*\d{1,6}[ \t]+client:[ \t]*(\d{1,5})\b", re.ASCII)
 
 _T = TypeVar("_T")
 
@@ -231,13 +243,17 @@ class OpenArenaParser:
         self._line_in_map = 0  # offset from the current map's InitGame
         self._last_t: float | None = None  # time of the latest timed line
         self._match_open = False  # an InitGame not yet followed by Exit/ShutdownGame
+        # After Exit: the time of the Exit line and the (score, player) rows read since.
+        self._exit_t: float | None = None
+        self._scores: list[tuple[int, str]] = []
         self._handlers: dict[str, Callable[[int, str, float], list[FeedItem]]] = {
             "Kill": self._kill,
             "ClientUserinfoChanged": self._userinfo,
             "ClientDisconnect": self._disconnect,
             "InitGame": self._init_game,
-            "Exit": self._end,
+            "Exit": self._exit,
             "ShutdownGame": self._end,
+            "score": self._score,
         }
 
     # ------------------------------------------------------------------ FeedParser
@@ -251,6 +267,11 @@ class OpenArenaParser:
             if loose is not None:
                 return [self._malformed(f"{loose.group(1)} line without a valid m:ss clock", text)]
             return []
+        if self._exit_t is not None and m.group(3) != "score":
+            return self._placements() + self._dispatch(m, text, received_at)  # the scoreboard ended
+        return self._dispatch(m, text, received_at)
+
+    def _dispatch(self, m: re.Match[str], text: str, received_at: float) -> list[FeedItem]:
         minutes, seconds, event, payload = m.groups()
         handler = self._handlers.get(event)
         if int(seconds) >= 60:
@@ -276,6 +297,8 @@ class OpenArenaParser:
             "line_in_map": self._line_in_map,
             "last_t": self._last_t,
             "match_open": self._match_open,
+            "exit_t": self._exit_t,
+            "scores": [[score, player] for score, player in self._scores],
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -295,10 +318,16 @@ class OpenArenaParser:
         line_in_map = _field(state, "line_in_map", int)
         last_t = _field(state, "last_t", _optional_float)
         match_open = _field(state, "match_open", bool)
+        # Absent from states written before match results were read: nothing pending then.
+        exit_t = _field({"exit_t": state.get("exit_t")}, "exit_t", _optional_float)
+        scores = _field(
+            {"scores": state.get("scores", [])}, "scores", lambda v: [(int(s), str(p)) for s, p in v]
+        )
         # Assigned only once every field has been read, so a refused state changes nothing.
         self._clients, self._anchor, self._gametype = clients, anchor, gametype
         self._map_index, self._map_tag, self._line, self._line_in_map = map_index, map_tag, line, line_in_map
         self._last_t, self._match_open = last_t, match_open
+        self._exit_t, self._scores = exit_t, scores
 
     def _malformed(self, what: str, text: str) -> Reject:
         # The line number and the start of the text let an operator find the line; the quote is
@@ -357,6 +386,41 @@ class OpenArenaParser:
         self._match_open = False
         reason = payload.strip()[:MAX_NAME_BYTES] or "ShutdownGame"
         return [MatchBoundary("end", t, {"reason": reason, "map_index": str(self._map_index)})]
+
+    def _exit(self, game_seconds: int, payload: str, received_at: float) -> list[FeedItem]:
+        was_open = self._match_open
+        items = self._end(game_seconds, payload, received_at)
+        if was_open:
+            # The final scoreboard follows Exit: collect its rows until another line comes.
+            self._exit_t = self._last_t
+            self._scores = []
+        return items
+
+    def _score(self, game_seconds: int, payload: str, received_at: float) -> list[FeedItem]:
+        self._clock(game_seconds, received_at)
+        m = _SCORE.match(payload)
+        if self._exit_t is None or m is None:
+            return []  # a scoreboard row outside a scoreboard, or one we cannot read: ignored
+        client = self._clients.get(int(m.group(2)))
+        if client is None or (client.bot and self.options.bots == "exclude"):
+            return []
+        self._scores.append((int(m.group(1)), client.player))
+        return []
+
+    def _placements(self) -> list[FeedItem]:
+        """The collected scoreboard as one PlacementEvent (groups of equal score, best first)."""
+        t, rows = self._exit_t, self._scores
+        self._exit_t, self._scores = None, []
+        best: dict[str, int] = {}
+        for score, player in rows:  # a player listed twice (two slots) keeps the better row
+            best[player] = max(score, best.get(player, score))
+        if t is None or len(best) < 2:
+            return []
+        groups: dict[int, list[str]] = {}
+        for player, score in best.items():
+            groups.setdefault(score, []).append(player)
+        placements = tuple(tuple(groups[score]) for score in sorted(groups, reverse=True))
+        return [PlacementEvent(t, placements, self.options.server, f"{self._map_tag}:placements")]
 
     def _userinfo(self, game_seconds: int, payload: str, received_at: float) -> list[FeedItem]:
         self._clock(game_seconds, received_at)

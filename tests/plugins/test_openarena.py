@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arenad.core.engine import Engine
-from arenad.core.events import MAX_NAME_BYTES, KillEvent, Reject, RejectReason
+from arenad.core.events import MAX_NAME_BYTES, KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.errors import ConfigError
 from arenad.feeds import FeedItem, FeedParser, IdentityUpdate, MatchBoundary, NonKill
 
@@ -71,6 +71,8 @@ def kinds(items: Iterable[FeedItem]) -> Counter[str]:
             c["reject"] += 1
         elif isinstance(it, MatchBoundary):
             c[it.kind] += 1
+        elif isinstance(it, PlacementEvent):
+            c["placement"] += 1
         else:
             c["identity"] += 1
     return c
@@ -495,6 +497,109 @@ class TestMalformedLines:
         p, _ = two_players()
         out = kills(p.feed(kill(0, 1) + b"\r\n", T0))
         assert out[0].weapon == "MOD_RAILGUN"
+
+
+# ---------------------------------------------------------------------------- match results
+SCORE_LINE = re.compile(rb"^ *\d+:\d\d score: (-?\d+) +ping: \d+ +client: (\d+) (.*)$", re.MULTILINE)
+
+
+def placements(items: Iterable[FeedItem]) -> list[PlacementEvent]:
+    return [it for it in items if isinstance(it, PlacementEvent)]
+
+
+def scoreboard(rows: Iterable[tuple[int, int]], at: int = 251) -> list[bytes]:
+    return [f"{clock(at)} score: {s}  ping: 0  client: {slot} Someone".encode() for s, slot in rows]
+
+
+class TestPlacements:
+    """The scoreboard after Exit becomes one PlacementEvent: score groups, best first."""
+
+    def test_real_capture_scoreboards(self) -> None:
+        data = realdata("openarena-2.log")
+        out = placements(feed_all(parser(), data.splitlines()))
+        # Independently: each block of score lines, grouped by score, names as the log prints them.
+        blocks: list[list[tuple[int, str]]] = []
+        previous_was_score = False
+        for line in data.splitlines():
+            m = SCORE_LINE.match(line)
+            if m is None:
+                previous_was_score = False
+                continue
+            if not previous_was_score:
+                blocks.append([])
+            blocks[-1].append((int(m.group(1)), "bot:" + m.group(3).decode().strip()))
+            previous_was_score = True
+        assert len(blocks) == 6 == len(out)
+        for event, block in zip(out, blocks, strict=True):
+            scores = sorted({s for s, _ in block}, reverse=True)
+            expected = [sorted(name for s, name in block if s == score) for score in scores]
+            assert [sorted(group) for group in event.placements] == expected
+            assert event.id is not None and event.id.endswith(":placements")
+        assert len({e.id for e in out}) == 6
+        # A tie in the first capture's first match: Skelebot and Sorceress both scored 11.
+        assert ("bot:Skelebot", "bot:Sorceress") in [tuple(sorted(g)) for g in out[0].placements]
+
+    def test_file_without_exit_has_no_placements(self) -> None:
+        assert placements(feed_all(parser(), realdata("openarena-1.log").splitlines())) == []
+
+    def test_emitted_at_the_next_line_with_exit_time(self) -> None:
+        p, _ = two_players()
+        feed_all(p, [userinfo(2, "Carol")])
+        assert feed_all(p, [b"  4:11 Exit: Fraglimit hit."])[0] == MatchBoundary(
+            "end", STAMP_UNIX + 251, {"reason": "Fraglimit hit.", "map_index": "1"}
+        )
+        assert feed_all(p, scoreboard([(30, 1), (12, 0), (12, 2)])) == []
+        out = feed_all(p, [b"  4:20 say: Bob: gg"])
+        assert out == [
+            PlacementEvent(
+                STAMP_UNIX + 251,
+                (("name:Bob",), ("name:Alice", "name:Carol")),
+                "openarena",
+                "20261130T192008:placements",
+            )
+        ]
+        assert feed_all(p, [b"  4:27 ShutdownGame:"]) == []  # emitted once
+
+    def test_score_lines_without_exit_are_ignored(self) -> None:
+        p, _ = two_players()
+        assert feed_all(p, [*scoreboard([(3, 0), (1, 1)]), b"  4:27 ShutdownGame:"]) == [
+            MatchBoundary("end", STAMP_UNIX + 267, {"reason": "ShutdownGame", "map_index": "1"})
+        ]
+
+    def test_unknown_slots_and_excluded_bots_are_left_out(self) -> None:
+        p = parser(bots="exclude")
+        feed_all(p, [init_game(), userinfo(0, "Alice"), userinfo(1, "Bob"), userinfo(2, "Sarge", bot=True)])
+        rows = [(9, 2), (5, 0), (4, 7), (1, 1)]
+        out = placements(
+            feed_all(p, [b"  4:11 Exit: Timelimit hit.", *scoreboard(rows), b"  4:27 ShutdownGame:"])
+        )
+        assert [e.placements for e in out] == [(("name:Alice",), ("name:Bob",))]
+
+    def test_one_known_player_gives_nothing(self) -> None:
+        p, _ = two_players()
+        out = feed_all(
+            p, [b"  4:11 Exit: Fraglimit hit.", *scoreboard([(3, 0), (1, 9)]), b"  4:27 ShutdownGame:"]
+        )
+        assert placements(out) == []
+
+    def test_restart_in_the_middle_of_a_scoreboard(self) -> None:
+        lines = [b"  4:11 Exit: Fraglimit hit.", *scoreboard([(3, 0), (2, 1)]), b"  4:27 ShutdownGame:"]
+        whole, _ = two_players()
+        expected = placements(feed_all(whole, lines))
+        first, _ = two_players()
+        feed_all(first, lines[:2])
+        state = json.loads(json.dumps(first.state()))
+        second = parser()
+        second.restore(state)
+        assert placements(feed_all(second, lines[2:])) == expected != []
+
+    def test_state_without_scoreboard_fields_still_restores(self) -> None:
+        p, _ = two_players()
+        state = p.state()
+        del state["exit_t"], state["scores"]
+        q = parser()
+        q.restore(state)
+        assert q.state() == p.state()
 
 
 # ---------------------------------------------------------------------------- options

@@ -170,7 +170,7 @@ class LogFollower:
         for k, raw in enumerate(lines, start=1):
             line = raw[:-1] if raw.endswith(b"\r") else raw  # CRLF logs from Windows servers
             for item in parser.feed(line, now):
-                if isinstance(item, (KillEvent, Reject)):
+                if isinstance(item, (KillEvent, PlacementEvent, Reject)):
                     items.append(item)
                 elif isinstance(item, NonKill):
                     nonkills[item.kind] += 1
