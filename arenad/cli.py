@@ -3,26 +3,49 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from arenad import __version__
-from arenad.core.events import KillEvent
+from arenad.core.events import KillEvent, PlacementEvent
+from arenad.core.params import ADRParams
 from arenad.daemon.emit import emit_mqtt, emit_udp, simulated_kills
 from arenad.daemon.query_client import add_query_parser, run_query
 from arenad.daemon.sources.tail import TailSpec
 from arenad.decode import iter_file
-from arenad.errors import ArenadError, ConfigError, ConfigProblem
-from arenad.evaluation import evaluate_stream
+from arenad.errors import ArenadError, ConfigError, ConfigProblem, InputError
+from arenad.evaluation.plots import (
+    INSTALL_HINT,
+    plots_available,
+    write_evaluation_plots,
+    write_returning_plots,
+)
+from arenad.evaluation.protocol import ModelFactory, evaluate
+from arenad.evaluation.report import build_report, render_markdown, returning_report
+from arenad.evaluation.returning import returning_toy
+from arenad.evaluation.tiers import TierRules
+from arenad.evaluation.walkforward import StreamEvent
 from arenad.feeds import discover_feeds
 from arenad.models import discover_models
 from arenad.replay import replay_files, replay_log_files, write_state
 from arenad.settings import Settings, load_settings
-from arenad.simulate import Population, event_stream, format_table, simulate_returning, simulate_tiers
+from arenad.simulate import (
+    SCENARIOS,
+    Population,
+    ScenarioPlan,
+    event_stream,
+    format_table,
+    placements_from_kills,
+    simulate_returning,
+    simulate_stream,
+    simulate_tiers,
+)
 
 MODELS = ("adr",)
 
@@ -100,18 +123,51 @@ def _parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("check-config", help="validate a settings file; list every problem")
     cp.add_argument("file", type=Path)
 
-    ev = sub.add_parser("evaluate", help="compare rating models' prediction quality, walking forward (§10.5)")
+    ev = sub.add_parser(
+        "evaluate",
+        help="the paper's §10 protocol: rating models compared walking forward, with injected scenarios",
+    )
     ev.add_argument(
         "--models", default="adr,elo,elo-dynamic,glicko2,trueskill", help="comma-separated model names"
     )
     ev.add_argument("--format", default="arenad", help="input format of FILES (arenad or a feed plugin)")
     ev.add_argument("--feed-option", action="append", default=[], metavar="KEY=VALUE")
-    ev.add_argument("--players", type=int, default=50, help="without FILES: simulated players (§10.4)")
-    ev.add_argument("--days", type=int, default=7, help="without FILES: simulated days")
-    ev.add_argument("--seed", type=int, default=1)
-    ev.add_argument("--block", type=int, default=1000, help="events per block")
-    ev.add_argument("--test-every", type=int, default=10, help="every k-th block is held out")
-    ev.add_argument("--out", type=Path, help="write report.json into this directory")
+    ev.add_argument(
+        "--simulate", action="store_true", help="a §10.4 simulated stream (the default without FILES)"
+    )
+    ev.add_argument("--players", type=int, default=50, help="simulate: players P (§10.4)")
+    ev.add_argument("--days", type=int, default=90, help="simulate: days of play")
+    ev.add_argument(
+        "--events", type=int, help="simulate: background kills in all (default: 30 per online player per day)"
+    )
+    ev.add_argument("--seed", type=int, default=1, help="simulation seed; also seeds the AUC/ECE orientation")
+    ev.add_argument(
+        "--scenarios",
+        default="all",
+        help="simulate: all (those that fit), none, or a comma list of " + ", ".join(SCENARIOS),
+    )
+    ev.add_argument(
+        "--matches", type=float, default=0.0, metavar="MINUTES",
+        help="simulate: a match-placement event after every MINUTES of play (0: none)",
+    )  # fmt: skip
+    ev.add_argument("--block", type=int, default=500, help="events per block")
+    ev.add_argument("--test-every", type=int, default=5, help="every k-th block is held out")
+    ev.add_argument("--out", type=Path, help="write report.json, report.md and PNG plots into this directory")
+    ev.add_argument("--no-plots", action="store_true", help="with --out: no PNG plots")
+    ev.add_argument(
+        "--returning", action="store_true",
+        help="run §10.6 instead: a 1000-rated player back after --absence-days beats a 2000-rated one",
+    )  # fmt: skip
+    ev.add_argument("--kills", type=int, default=50, help="returning: consecutive kills")
+    ev.add_argument(
+        "--absence-days", type=float, default=61.0,
+        help="days away of the returning player (§10.6) and of the simulated absence (> T_return = 60)",
+    )  # fmt: skip
+    ev.add_argument(
+        "--fixed-opponent",
+        action="store_true",
+        help="returning: hold the opponent's rating (the paper's Elo setup)",
+    )
     ev.add_argument("files", type=Path, nargs="*", help="event files (default: a simulated stream)")
 
     sub.add_parser("plugins", help="list rating models and feed plugins (built-in and entry points)")
@@ -205,38 +261,176 @@ def _evaluate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    factories = {name: known[name] for name in names}
+    if args.returning:
+        if args.files or args.simulate:
+            print("arenad evaluate: --returning takes no FILES and no --simulate", file=sys.stderr)
+            return 2
+        return _evaluate_returning(args, factories)
+    if args.files and args.simulate:
+        print("arenad evaluate: give FILES or --simulate, not both", file=sys.stderr)
+        return 2
+    truth = None
+    notes: list[str] = []
     if args.files:
-        events = list(_file_events(args))
+        events: list[StreamEvent] = list(_file_events(args))
         source = [str(f) for f in args.files]
+        late = sum(_time_of(b) < _time_of(a) for a, b in itertools.pairwise(events))
+        if late:
+            # Models with a clock (ADR) refuse events far older than the newest one, models without
+            # one take them as they come: time order is the one order every model reads the same way.
+            events.sort(key=_time_of)
+            notes.append(f"{late} events came earlier than the one before them; all were put in time order")
     else:
-        pop = Population(players=args.players, days=args.days, seed=args.seed)
-        events = event_stream(pop)
-        source = [f"simulated: {args.players} players, {args.days} days, seed {args.seed}"]
-    models = {name: known[name]() for name in names}
-    report = evaluate_stream(models, events, test_every=args.test_every, seed=args.seed, block=args.block)
-    rows = [
-        {"model": name, **{k: round(v, 4) if math.isfinite(v) else None for k, v in metrics.items()}}
-        for name, metrics in report.items()
-    ]
-    columns = ["model", "online_log_loss", "online_brier", "online_auc", "online_ece", "online_accuracy"]
-    columns += ["heldout_log_loss", "heldout_auc", "heldout_n"]
-    print(f"{len(events)} events from {', '.join(source)}")
-    print(format_table(rows, columns))
+        try:
+            plan = _scenario_plan(args.scenarios, args.absence_days)
+            pop = Population(players=args.players, days=args.days, seed=args.seed, events=args.events)
+            simulated = simulate_stream(pop, plan)
+            events = list(simulated.events)
+            if args.matches > 0:
+                events = list(placements_from_kills(simulated.events, 60.0 * args.matches))
+        except ValueError as e:
+            print(f"arenad evaluate: {e}", file=sys.stderr)
+            return 2
+        truth = simulated.truth
+        size = f"{args.events} background kills" if args.events is not None else "30 kills per player-day"
+        scenarios = ", ".join(s for s in plan.scenarios if s not in truth.skipped) or "none"
+        source = [f"simulated (§10.4): {args.players} players, {args.days} days, {size}, seed {args.seed}, "
+                  f"scenarios: {scenarios}"]  # fmt: skip
+        for name, why in truth.skipped.items():
+            notes.append(f"scenario {name} skipped: {why}")
+    rules = TierRules.from_params(ADRParams())
+    evaluation = evaluate(
+        factories,
+        events,
+        truth=truth,
+        rules=rules,
+        test_every=args.test_every,
+        block=args.block,
+        seed=args.seed,
+    )
+    pred = evaluation.predictions
+    if pred.placements:
+        kill_only = [n for n, row in evaluation.rows.items() if not row["rates_matches"]]
+        if kill_only:
+            notes.append(
+                f"{', '.join(kill_only)} rate kills only: their placement pairs are predicted from kills and "
+                "they do not learn from placement events"
+            )
+    offline = [n for n, row in evaluation.rows.items() if "read_every" in row]
+    if offline:
+        every = evaluation.rows[offline[0]]["read_every"]
+        notes.append(
+            f"{', '.join(offline)} refit over the whole history (offline): the scenario pass reads them "
+            f"from a refit every {every} events, and their per-kill measures are n/a"
+        )
+    deferred = [n for n, row in evaluation.rows.items() if row.get("deferred_updates") and n not in offline]
+    if deferred:
+        notes.append(
+            f"{', '.join(deferred)}: kills take effect when a rating period closes, so a change cannot be "
+            "pinned on the kill that caused it (farming and burst measures are n/a)"
+        )
+    if not pred.held_out.any():
+        notes.append(
+            f"no held-out block: the stream has {pred.events} events, fewer than "
+            f"block × test_every = {args.block * args.test_every}"
+        )
+    print(f"{pred.events} events ({pred.kills} kills, {pred.placements} placements) from {', '.join(source)}")
+    print(format_table(_rounded(evaluation.rows, _PRINTED_PREDICTION), ["model", *_PRINTED_PREDICTION]))
+    if truth is not None:
+        print()
+        print(format_table(_rounded(evaluation.rows, _PRINTED_SCENARIOS), ["model", *_PRINTED_SCENARIOS]))
+    for note in notes:
+        print(f"note: {note}")
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        doc = {"events": len(events), "source": source, "block": args.block, "test_every": args.test_every}
-        doc["models"] = {row["model"]: {k: v for k, v in row.items() if k != "model"} for row in rows}
-        (args.out / "report.json").write_text(json.dumps(doc, indent=2) + "\n")
+        report = build_report(
+            evaluation, source=source, truth=truth, targets=rules.proportions, extra={"notes": notes}
+        )
+        _write_report(args, report, lambda out: write_evaluation_plots(out, evaluation, rules.proportions))
     return 0
 
 
-def _file_events(args: argparse.Namespace) -> Iterator[tuple[str, str, float]]:
-    """(attacker, victim, t) of every valid kill in the files, in order (rejects are skipped)."""
+_PRINTED_PREDICTION = (
+    "online_log_loss", "online_brier", "online_auc", "online_ece", "online_accuracy",
+    "heldout_log_loss", "heldout_auc", "heldout_n",
+)  # fmt: skip
+_PRINTED_SCENARIOS = (
+    "convergence_events", "response_delay", "farming_gain", "farming_control_gain", "burst_gain",
+    "absence_max_display_change", "tier_changes_per_1k", "tier_share_error",
+)  # fmt: skip
+
+
+def _rounded(rows: dict[str, dict[str, Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for name, row in rows.items():
+        cells: dict[str, Any] = {"model": name}
+        for c in columns:
+            v = row.get(c)
+            if isinstance(v, float):
+                v = round(v, 4) + 0.0 if math.isfinite(v) else None  # + 0.0: no "-0.0"
+            cells[c] = v
+        out.append(cells)
+    return out
+
+
+def _scenario_plan(text: str, absence_days: float) -> ScenarioPlan:
+    """``all`` (those that fit the stream), ``none``, or a comma list (each must fit)."""
+    value = text.strip().lower()
+    if value == "all":
+        return ScenarioPlan(absence_days=absence_days)
+    if value == "none":
+        return ScenarioPlan(scenarios=())
+    names = tuple(s.strip() for s in value.split(",") if s.strip())
+    return ScenarioPlan(scenarios=names, absence_days=absence_days, strict=True)
+
+
+def _evaluate_returning(args: argparse.Namespace, factories: dict[str, ModelFactory]) -> int:
+    results = {
+        name: returning_toy(
+            make(), kills=args.kills, absence_days=args.absence_days, fixed_opponent=args.fixed_opponent
+        )
+        for name, make in factories.items()
+    }
+    report = returning_report(results, kills=args.kills, absence_days=args.absence_days)
+    print(render_markdown(report))
+    if args.out is not None:
+        _write_report(args, report, lambda out: write_returning_plots(out, results))
+    return 0
+
+
+def _write_report(
+    args: argparse.Namespace, report: dict[str, Any], plot: Callable[[Path], list[str]]
+) -> None:
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if args.no_plots:
+        report["plots"] = []
+    elif plots_available():
+        report["plots"] = plot(out)
+    else:
+        report["plots"] = []
+        print(f"note: {INSTALL_HINT} (report.json and report.md written without them)")
+    (out / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
+    print(f"wrote {out / 'report.json'}, {out / 'report.md'}" + "".join(f", {p}" for p in report["plots"]))
+
+
+def _time_of(event: StreamEvent) -> float:
+    return event[2] if isinstance(event, tuple) else event.t
+
+
+def _file_events(args: argparse.Namespace) -> Iterator[StreamEvent]:
+    """Every valid kill (as ``(attacker, victim, t)``) and placement event of the files, in order.
+
+    Rejects and the other items a feed reports (world kills, identities) are skipped.
+    """
     if args.format == "arenad" and not args.feed_option:
         for path in args.files:
             for decoded in iter_file(path):
                 if isinstance(decoded, KillEvent):
                     yield decoded.attacker, decoded.victim, decoded.t
+                elif isinstance(decoded, PlacementEvent):
+                    yield decoded
         return
     feeds, _errors = discover_feeds()
     feed = feeds.get(args.format)
@@ -244,12 +438,16 @@ def _file_events(args: argparse.Namespace) -> Iterator[tuple[str, str, float]]:
         raise ConfigError(
             [ConfigProblem("--format", args.format, f"unknown (known: {', '.join(sorted(feeds))})")]
         )
-    parser = feed.parser(_feed_options(args.feed_option))
     for path in args.files:
+        if not path.is_file():
+            raise InputError(f"no such file: {path}")
+        parser = feed.parser(_feed_options(args.feed_option))
         for line in path.read_bytes().splitlines():
             for item in parser.feed(line, 0.0):
                 if isinstance(item, KillEvent):
                     yield item.attacker, item.victim, item.t
+                elif isinstance(item, PlacementEvent):
+                    yield item
 
 
 _MODEL_NOTES = {

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from arenad.core.engine import Engine, Outcome
+from arenad.core.events import PlacementEvent
 from arenad.core.params import TIER_COUNT, TIER_NAMES, ADRParams
+from arenad.evaluation.truth import Absence, Burst, Farming, Jump, SkillChange, Truth
 
 DAY = 86400.0
 
@@ -87,6 +89,8 @@ class Population:
     play_probability: float = 0.7
     skill_scale: float = 1.0  # logistic slope on the hidden-skill difference
     seed: int = 1
+    #: Total background kills, spread evenly over the days; None: ``kills_per_player_day`` decides.
+    events: int | None = None
 
     def skills(self) -> list[float]:
         rng = random.Random(self.seed)
@@ -98,23 +102,289 @@ class Population:
 
 def event_stream(pop: Population) -> list[tuple[str, str, float]]:
     """Kills in time order: each day a random subset plays; winners drawn from hidden skills."""
+    return simulate_stream(pop, NO_SCENARIOS).events
+
+
+# ---------------------------------------------------------------------------- §10.4 scenarios
+#: The injected scenarios of §10.4 item 3 (and §10.3's farming and repeated kills), by name.
+SCENARIOS: tuple[str, ...] = ("jump", "absence", "farming", "bursts")
+
+#: Fewest players a stream needs before scenarios can pick distinct players for their roles.
+MIN_SCENARIO_PLAYERS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioPlan:
+    """Which §10.4 scenarios to inject into a simulated stream, and how big each one is.
+
+    * ``jump``: the player nearest the 20th skill percentile jumps to the 80th percentile's skill
+      at ``jump_day`` (default: the middle of the stream).
+    * ``absence``: the player nearest the 40th percentile plays every day until a quarter of the
+      way into the room the absence leaves, is away ``absence_days`` (more than §9's
+      T_return = 60 days by default), comes back with the 90th percentile's skill and kills
+      ``return_kills`` strong players (top quarter) in a row, 61 s apart.
+    * ``farming``: at 60 % of the stream, the player nearest the 75th percentile kills the weakest
+      player ``farming_kills`` times, every ``farming_gap`` seconds (past the §2.1 cooldown, so
+      every kill counts); the next player nearest the 75th percentile makes as many kills on
+      varied opponents, interleaved, as the control.
+    * ``bursts``: ``bursts`` times, a random attacker kills the same victim ``burst_size`` times,
+      ``burst_gap`` seconds apart (inside the cooldown).
+
+    Injected kills are forced outcomes; the rest of the stream is drawn from the hidden skills.
+    A scenario that does not fit the stream (too few days or players) is skipped and recorded in
+    ``Truth.skipped``, or refused with ``ValueError`` when ``strict``.
+    """
+
+    scenarios: tuple[str, ...] = SCENARIOS
+    jump_day: float | None = None
+    absence_days: float = 61.0
+    return_kills: int = 20
+    farming_kills: int = 40
+    farming_gap: float = 90.0
+    bursts: int = 20
+    burst_size: int = 5
+    burst_gap: float = 10.0
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.scenarios if s not in SCENARIOS]
+        if unknown:
+            raise ValueError(f"scenarios: unknown {unknown!r} (known: {', '.join(SCENARIOS)})")
+        checks = (
+            ("absence_days", self.absence_days, self.absence_days > 0),
+            ("return_kills", self.return_kills, self.return_kills >= 1),
+            ("farming_kills", self.farming_kills, self.farming_kills >= 1),
+            ("farming_gap", self.farming_gap, self.farming_gap > 0),
+            ("bursts", self.bursts, self.bursts >= 1),
+            ("burst_size", self.burst_size, self.burst_size >= 2),
+            ("burst_gap", self.burst_gap, self.burst_gap > 0),
+        )
+        for name, value, ok in checks:
+            if not (ok and math.isfinite(value)):
+                raise ValueError(f"{name} = {value!r} is out of range")
+        if self.jump_day is not None and not (math.isfinite(self.jump_day) and self.jump_day > 0):
+            raise ValueError(f"jump_day = {self.jump_day!r} must be a positive number of days")
+
+
+#: A plan that injects nothing: the plain §10.4 items 1-2 stream.
+NO_SCENARIOS = ScenarioPlan(scenarios=())
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedStream:
+    """A simulated stream and what a model should find in it."""
+
+    events: list[tuple[str, str, float]]
+    truth: Truth
+    players: int
+    days: int
+
+
+_T0 = 1_700_000_000.0
+
+
+def simulate_stream(pop: Population, plan: ScenarioPlan = NO_SCENARIOS) -> SimulatedStream:
+    """§10.4: hidden skills from a Gaussian mixture, kills drawn from them, scenarios injected.
+
+    Each day a random subset of players is online; kills pick two online players at random and
+    the winner with the logistic of their hidden-skill difference (``pop.skill_scale`` slope).
+    With no scenarios and ``pop.events`` unset this is exactly the stream of :func:`event_stream`
+    (same seed, same draws): scenarios change outcomes and add kills, and draw their own random
+    numbers from a separate generator.
+    """
     rng = random.Random(pop.seed + 1)
+    inject_rng = random.Random(pop.seed + 2)
     skill = pop.skills()
     names = [f"p{i:04d}" for i in range(pop.players)]
-    t0 = 1_700_000_000.0
-    out: list[tuple[str, str, float]] = []
+    truth_skills = dict(zip(names, skill, strict=True))
+    order = sorted(range(pop.players), key=lambda i: (skill[i], i))
+    used: set[int] = set()
+    skipped: dict[str, str] = {}
+
+    def fits(name: str, ok: bool, why: str) -> bool:
+        if name not in plan.scenarios:
+            return False
+        if not ok:
+            if plan.strict:
+                raise ValueError(f"scenario {name!r} does not fit: {why}")
+            skipped[name] = why
+        return ok
+
+    def pick(q: float) -> int:
+        target = round(q * (pop.players - 1))
+        for off in range(pop.players):
+            for pos in (target - off, target + off):
+                if 0 <= pos < pop.players and order[pos] not in used:
+                    used.add(order[pos])
+                    return order[pos]
+        raise AssertionError("no player left to pick")  # callers check the player count first
+
+    def skill_q(q: float) -> float:
+        return skill[order[round(q * (pop.players - 1))]]
+
+    enough = pop.players >= MIN_SCENARIO_PLAYERS
+    few = f"needs at least {MIN_SCENARIO_PLAYERS} players, the stream has {pop.players}"
+    changes: list[SkillChange] = []
+    # (time, kind, attacker, victim) of every injected kill; kind tags it for the truth.
+    injected: list[tuple[float, str, int, int]] = []
+
+    jumper: int | None = None
+    t_jump = 0.0
+    if fits("jump", enough and pop.days >= 2, few if not enough else "needs at least 2 days"):
+        day = plan.jump_day if plan.jump_day is not None else pop.days / 2.0
+        if day >= pop.days:
+            if plan.strict:
+                raise ValueError(f"jump_day = {day!r} is not inside the {pop.days} simulated days")
+            skipped["jump"] = f"jump_day {day} is not inside the {pop.days} days"
+        else:
+            jumper = pick(0.2)
+            t_jump = _T0 + day * DAY
+            changes.append(SkillChange(names[jumper], t_jump, skill_q(0.8)))
+
+    returner: int | None = None
+    left_day = back_day = 0
+    t_back = t_back_end = 0.0
+    away = math.ceil(plan.absence_days)
+    need = away + 4
+    why = few if not enough else f"needs at least {need} days for a {plan.absence_days}-day absence"
+    if fits("absence", enough and pop.days >= need, why):
+        returner = pick(0.4)
+        left_day = 2 + int(0.25 * (pop.days - need))
+        back_day = left_day + away
+        t_back = _T0 + back_day * DAY + 60.0
+        t_back_end = t_back + 61.0 * plan.return_kills
+        changes.append(SkillChange(names[returner], t_back, skill_q(0.9)))
+        strong = [i for i in order[(3 * pop.players) // 4 :] if i != returner]
+        for k in range(plan.return_kills):
+            if k % len(strong) == 0:
+                inject_rng.shuffle(strong)
+            injected.append((t_back + 61.0 * k, "return", returner, strong[k % len(strong)]))
+
+    if fits("farming", enough and pop.days >= 2, few if not enough else "needs at least 2 days"):
+        farmer = pick(0.75)
+        control = pick(0.75)
+        victim = pick(0.0)
+        t_farm = _T0 + min(pop.days - 1, int(0.6 * pop.days)) * DAY + 12 * 3600.0
+        varied = [i for i in range(pop.players) if i not in (farmer, control, victim, returner)]
+        for k in range(plan.farming_kills):
+            if k % len(varied) == 0:
+                inject_rng.shuffle(varied)
+            t = t_farm + k * plan.farming_gap
+            injected.append((t, "farming", farmer, victim))
+            injected.append((t + plan.farming_gap / 2.0, "control", control, varied[k % len(varied)]))
+
+    if fits("bursts", enough, few):
+        others = [i for i in range(pop.players) if i not in used and i != returner]
+        span = max(0.0, pop.days * DAY - DAY / 2.0 - 3600.0)
+        for k in range(plan.bursts):
+            a, b = inject_rng.sample(others, 2)
+            t = _T0 + DAY / 2.0 + inject_rng.uniform(0.0, span)
+            for j in range(plan.burst_size):
+                injected.append((t + j * plan.burst_gap, f"burst{k}", a, b))
+
+    def skill_at(i: int, t: float) -> float:
+        if i == jumper and t >= t_jump:
+            return skill_q(0.8)
+        if i == returner and t >= t_back:
+            return skill_q(0.9)
+        return skill[i]
+
+    base: list[tuple[str, str, float]] = []
+    carry = 0
     for day in range(pop.days):
         online = [i for i in range(pop.players) if rng.random() < pop.play_probability]
+        if returner is not None:
+            # Plays every day before the absence (so it has a history), none during it.
+            if day < left_day and returner not in online:
+                online.append(returner)
+            elif left_day <= day < back_day and returner in online:
+                online.remove(returner)
+        quota = None
+        if pop.events is not None:
+            quota = pop.events * (day + 1) // pop.days - pop.events * day // pop.days + carry
         if len(online) < 2:
+            carry = quota or 0
             continue
-        n = int(len(online) * pop.kills_per_player_day / 2)
+        carry = 0
+        n = int(len(online) * pop.kills_per_player_day / 2) if quota is None else quota
         times = sorted(rng.uniform(0.0, DAY) for _ in range(n))
         for dt in times:
             a, b = rng.sample(online, 2)
-            p_a = 1.0 / (1.0 + math.exp(-pop.skill_scale * (skill[a] - skill[b])))
+            t = _T0 + day * DAY + dt
+            p_a = 1.0 / (1.0 + math.exp(-pop.skill_scale * (skill_at(a, t) - skill_at(b, t))))
             if rng.random() >= p_a:
                 a, b = b, a
-            out.append((names[a], names[b], t0 + day * DAY + dt))
+            if returner in (a, b) and t < t_back_end and day == back_day:
+                continue  # the return run comes first
+            base.append((names[a], names[b], t))
+
+    # Merge by time; at equal times the background kill comes first.
+    tagged: list[tuple[float, int, str, str, str]] = [(t, 0, a, b, "") for a, b, t in base]
+    tagged += [(t, 1, names[a], names[b], kind) for t, kind, a, b in injected]
+    tagged.sort(key=lambda e: (e[0], e[1]))
+    events = [(a, b, t) for t, _, a, b, _ in tagged]
+    where: dict[str, list[int]] = {}
+    for index, (_, _, _, _, kind) in enumerate(tagged):
+        if kind:
+            where.setdefault(kind, []).append(index)
+
+    jump = None
+    if jumper is not None:
+        jump = Jump(names[jumper], t_jump, skill[jumper], skill_q(0.8))
+    absence = None
+    if returner is not None:
+        name = names[returner]
+        left = max((t for a, b, t in events if t < t_back and name in (a, b)), default=_T0)
+        absence = Absence(name, left, t_back, skill_q(0.9), tuple(where["return"]))
+    farming = None
+    if "farming" in where:
+        first = events[where["farming"][0]]
+        control_name = events[where["control"][0]][0]
+        farming = Farming(first[0], first[1], control_name, tuple(where["farming"]), tuple(where["control"]))
+    bursts = tuple(
+        Burst(events[where[f"burst{k}"][0]][0], events[where[f"burst{k}"][0]][1], tuple(where[f"burst{k}"]))
+        for k in range(plan.bursts)
+        if f"burst{k}" in where
+    )
+    truth = Truth(truth_skills, tuple(changes), jump, absence, farming, bursts, skipped)
+    return SimulatedStream(events, truth, pop.players, pop.days)
+
+
+def placements_from_kills(
+    events: Sequence[tuple[str, str, float]], match_seconds: float
+) -> list[tuple[str, str, float] | PlacementEvent]:
+    """The kills with a match-placement event after every ``match_seconds`` of event time.
+
+    Each match's final scoreboard ranks the players who took part by kills minus deaths in it,
+    best first, players with equal scores tied (one group) — what an FFA server reports at match
+    end. A window with fewer than two players has no placement event.
+    """
+    if not (math.isfinite(match_seconds) and match_seconds > 0):
+        raise ValueError(f"match_seconds = {match_seconds!r} must be a positive number")
+    out: list[tuple[str, str, float] | PlacementEvent] = []
+    score: dict[str, int] = {}
+    end: float | None = None
+
+    def close(at: float) -> None:
+        if len(score) >= 2:
+            by_score: dict[int, list[str]] = {}
+            for player, s in score.items():
+                by_score.setdefault(s, []).append(player)
+            groups = tuple(tuple(by_score[s]) for s in sorted(by_score, reverse=True))
+            out.append(PlacementEvent(at, groups, "sim-1"))
+        score.clear()
+
+    for a, b, t in events:
+        if end is None:
+            end = t + match_seconds
+        while t >= end:
+            close(end)
+            end += match_seconds
+        score[a] = score.get(a, 0) + 1
+        score[b] = score.get(b, 0) - 1
+        out.append((a, b, t))
+    if end is not None:
+        close(end)
     return out
 
 
