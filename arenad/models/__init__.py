@@ -11,8 +11,22 @@ are the ones a configuration or an evaluation run uses:
 ``elo-dynamic``           logistic Elo with the FIDE-style K schedule (40 / 20 / 10)
 ``glicko2``               Glicko-2, every kill one rating period of its two players
 ``glicko2-period``        Glicko-2 with rating periods of one hour of event time
+``glicko2-mp``            Glicko-2 MP-weighted: a match is one period, each pair a game of
+                          weight 1/(N − 1); kills as ``glicko2`` (rates matches)
 ``trueskill``             two-player TrueSkill, no draws
+``trueskill-ffa``         TrueSkill whose matches are factor-graph EP over the placements,
+                          draw probability 0.10 between neighbours; kills as ``trueskill``
+                          (rates matches)
+``openskill``             Weng-Lin Plackett-Luce by the ``openskill`` package; a kill is a
+                          two-player match (rates matches)
+``bradley-terry``         Bradley–Terry maximum likelihood over every kill so far, with
+                          confidence intervals and rank spread (offline: the best static fit)
+``whr``                   Whole-History Rating: a rating per player-day, Brownian prior
+                          (offline)
 ========================  ===================================================================
+
+"(rates matches)": the model also has ``update_match`` (``MatchModel``). "(offline)": the
+model refits over its whole history (``is_offline``); evaluation runs it, the daemon does not.
 """
 
 from __future__ import annotations
@@ -22,9 +36,12 @@ from importlib.metadata import entry_points
 
 from arenad.models.adr import ADRModel, adr_printed, adr_unanchored
 from arenad.models.base import MatchModel, RatingModel, is_offline, placement_pairs, rates_matches
+from arenad.models.bradley_terry import BradleyTerry
 from arenad.models.elo import DynamicElo, Elo
-from arenad.models.glicko2 import Glicko2, Glicko2Period
-from arenad.models.trueskill import TrueSkill
+from arenad.models.glicko2 import Glicko2, Glicko2MP, Glicko2Period
+from arenad.models.openskill import OpenSkill
+from arenad.models.trueskill import TrueSkill, TrueSkillFFA
+from arenad.models.whr import WholeHistoryRating
 
 __all__ = [
     "BUILTIN_MODELS",
@@ -50,7 +67,12 @@ BUILTIN_MODELS: dict[str, ModelFactory] = {
     "elo-dynamic": DynamicElo,
     "glicko2": Glicko2,
     "glicko2-period": Glicko2Period,
+    "glicko2-mp": Glicko2MP,
     "trueskill": TrueSkill,
+    "trueskill-ffa": TrueSkillFFA,
+    "openskill": OpenSkill,
+    "bradley-terry": BradleyTerry,
+    "whr": WholeHistoryRating,
 }
 
 

@@ -1,4 +1,5 @@
-"""Glickman's Glicko-2 (seed 001 §1): per kill (``glicko2``) and in rating periods (``glicko2-period``).
+"""Glickman's Glicko-2 (seed 001 §1): per kill (``glicko2``), in rating periods (``glicko2-period``)
+and for match placements with fractional weights (``glicko2-mp``, seed 001 §2).
 
 State per player on the Glicko-2 scale: μ = (r − 1500)/173.7178, φ = RD/173.7178 and the
 volatility σ. One rating period (``rate_period``, seed 001 §1.2 and Glickman's "Example of the
@@ -19,12 +20,21 @@ applies them at each boundary, against the opponents' ratings at the start of th
 Prediction for a pair: E = 1/(1 + exp(−g(√(φ_a² + φ_b²))(μ_a − μ_b))), so p(a, b) + p(b, a) = 1.
 
 Scale: r = 1500 + 173.7178 μ. Display: the conservative rating r − 3·RD (seed 001 §1.2 step 5).
+
+``glicko2-mp`` (seed 001 §2): an N-player match is one rating period for each of its players,
+who plays every other one as a pairwise game (score 1 against those placed below, ½ against
+those tied, 0 against those above) of weight w = 1/(N − 1) (§2.2). The weighted sums (§2.3)
+v_w = [Σ w g(φ_j)² E_j(1 − E_j)]⁻¹ and Δ_w = v_w Σ w g(φ_j)(s_j − E_j) go through the same
+Illinois volatility step and φ', μ' as above, so a match is worth one game whatever N (§2.1:
+N − 1 unweighted games would shrink φ as if N − 1 games had been played). Opponents are taken
+at their pre-match values. N = 2 gives w = 1: a kill is the match [[attacker], [victim]] and
+rates exactly as ``glicko2`` does.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -235,6 +245,59 @@ class Glicko2:
     def import_state(self, state: dict[str, Any]) -> None:
         check_state(state, self.kind)
         self._state = {str(p): _triple(v) for p, v in state["players"].items()}
+
+
+class Glicko2MP(Glicko2):
+    """Glicko-2 MP-weighted (seed 001 §2): a match is one period, each pair a game of 1/(N − 1).
+
+    A kill is the two-player match [[attacker], [victim]], of weight 1/(2 − 1) = 1: the
+    ``glicko2`` per-kill period, whose ``update`` this class keeps.
+    """
+
+    kind = "glicko2-mp"
+
+    def __init__(self, params: Glicko2Params | None = None, name: str = "glicko2-mp") -> None:
+        super().__init__(params, name)
+
+    def update_match(self, placements: Sequence[Sequence[str]], t: float) -> None:
+        """Rate one match: groups of players best first, players of a group tied."""
+        order: list[str] = []
+        place: list[int] = []
+        seen: set[str] = set()
+        for k, group in enumerate(placements):
+            for player in group:
+                if player in seen:
+                    raise ValueError(f"placements: player {player!r} is placed twice")
+                seen.add(player)
+                order.append(player)
+                place.append(k)
+        n = len(order)
+        if n < 2:
+            return  # nobody to play against: nothing learnt
+        weight = 1.0 / (n - 1)  # §2.2: the N − 1 games of a player add up to one
+        s = self._state
+        prior = self._prior
+        before = [s.get(player, prior) for player in order]
+        gs = [g(phi) for _, phi, _ in before]
+        tau = self.params.tau
+        eps = self.params.epsilon
+        after: list[tuple[float, float, float]] = []
+        for i, (mu, phi, sigma) in enumerate(before):
+            info = 0.0  # Σ g² E (1 − E)
+            gain = 0.0  # Σ g (s − E)
+            place_i = place[i]
+            for j, (mu_j, _, _) in enumerate(before):
+                if j == i:
+                    continue
+                g_j = gs[j]
+                e = _logistic(g_j * (mu - mu_j))
+                score = 1.0 if place_i < place[j] else 0.0 if place_i > place[j] else 0.5
+                info += g_j * g_j * e * (1.0 - e)
+                gain += g_j * (score - e)
+            # §2.3: w multiplies both sums (the same w for every opponent of the match).
+            after.append(_apply(mu, phi, sigma, weight * info, weight * gain, tau=tau, epsilon=eps))
+        for player, rating in zip(order, after, strict=True):
+            s[player] = rating
 
 
 class Glicko2Period:

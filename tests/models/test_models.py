@@ -70,7 +70,7 @@ class TestRegistry:
     def test_names(self) -> None:
         assert set(BUILTIN_MODELS) == {
             "adr", "adr-printed", "adr-unanchored", "elo", "elo-dynamic", "glicko2", "glicko2-period",
-            "trueskill",
+            "glicko2-mp", "trueskill", "trueskill-ffa", "openskill", "bradley-terry", "whr",
         }  # fmt: skip
 
     @pytest.mark.parametrize("name", NAMES)
@@ -227,7 +227,9 @@ class TestPurity:
     def test_imports(self) -> None:
         root = Path(arenad.models.__file__).parent
         modules = sorted(root.glob("*.py"))
-        assert {p.name for p in modules} >= {"base.py", "adr.py", "elo.py", "glicko2.py", "trueskill.py"}
+        assert {p.name for p in modules} >= {
+            "base.py", "adr.py", "elo.py", "glicko2.py", "trueskill.py", "openskill.py",
+        }  # fmt: skip
         for path in modules:
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):
