@@ -29,6 +29,7 @@ Two optional capabilities, found with :func:`rates_matches` and :func:`is_offlin
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from typing import Any, Protocol, runtime_checkable
 
 from arenad.errors import ConfigError, ConfigProblem
@@ -90,6 +91,25 @@ def is_offline(model: object) -> bool:
     return bool(getattr(model, "offline", False))
 
 
+def ranked_players(placements: Sequence[Sequence[str]]) -> tuple[list[str], list[int]]:
+    """The players of a match in the order given, and the index of each one's group (0 = best).
+
+    Raises ``ValueError`` naming a player placed twice: the decoders refuse such a match, so
+    here it is a caller's bug, not input to tolerate.
+    """
+    order: list[str] = []
+    place: list[int] = []
+    seen: set[str] = set()
+    for k, group in enumerate(placements):
+        for player in group:
+            if player in seen:
+                raise ValueError(f"placements: player {player!r} is placed twice")
+            seen.add(player)
+            order.append(player)
+            place.append(k)
+    return order, place
+
+
 def placement_pairs(placements: Sequence[Sequence[str]]) -> list[tuple[str, str]]:
     """Every (better, worse) pair of players in different groups of a match, best groups first.
 
@@ -103,6 +123,43 @@ def placement_pairs(placements: Sequence[Sequence[str]]) -> list[tuple[str, str]
                 for b in worse_group:
                     pairs.append((a, b))
     return pairs
+
+
+class MuSigmaState:
+    """Players as (μ, σ) Gaussians, display μ − 3σ: what TrueSkill and OpenSkill share.
+
+    The subclass sets ``kind``, ``params`` (a dataclass), ``_prior`` and ``_state``.
+    """
+
+    kind: str
+    params: Any
+    _prior: tuple[float, float]
+    _state: dict[str, tuple[float, float]]
+
+    def state_of(self, player: str) -> tuple[float, float]:
+        """(μ, σ) of ``player`` (the prior when unknown)."""
+        return self._state.get(player, self._prior)
+
+    def rating(self, player: str) -> float:
+        return self._state.get(player, self._prior)[0]
+
+    def display(self, player: str) -> float:
+        mu, sigma = self._state.get(player, self._prior)
+        return mu - 3.0 * sigma
+
+    def players(self) -> list[str]:
+        return list(self._state)
+
+    def export_state(self) -> dict[str, Any]:
+        return state_envelope(
+            self.kind,
+            params=asdict(self.params),
+            players={p: list(v) for p, v in self._state.items()},
+        )
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        check_state(state, self.kind)
+        self._state = {str(p): (float(v[0]), float(v[1])) for p, v in state["players"].items()}
 
 
 def require(section: str, checks: Iterable[tuple[bool, str, object, str]]) -> None:

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from arenad.models.base import check_state, require, state_envelope
+from arenad.models.base import check_state, ranked_players, require, state_envelope
 
 #: r = 1500 + SCALE·μ and RD = SCALE·φ (Glickman).
 SCALE = 173.7178
@@ -261,16 +261,7 @@ class Glicko2MP(Glicko2):
 
     def update_match(self, placements: Sequence[Sequence[str]], t: float) -> None:
         """Rate one match: groups of players best first, players of a group tied."""
-        order: list[str] = []
-        place: list[int] = []
-        seen: set[str] = set()
-        for k, group in enumerate(placements):
-            for player in group:
-                if player in seen:
-                    raise ValueError(f"placements: player {player!r} is placed twice")
-                seen.add(player)
-                order.append(player)
-                place.append(k)
+        order, place = ranked_players(placements)
         n = len(order)
         if n < 2:
             return  # nobody to play against: nothing learnt

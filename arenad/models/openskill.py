@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from openskill.models import PlackettLuce, PlackettLuceRating
 
-from arenad.models.base import check_state, require, state_envelope
+from arenad.models.base import MuSigmaState, ranked_players, require
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +63,7 @@ class OpenSkillParams:
         )
 
 
-class OpenSkill:
+class OpenSkill(MuSigmaState):
     """Weng-Lin Plackett-Luce ratings by the ``openskill`` package; kills and match placements."""
 
     kind = "openskill"
@@ -104,16 +103,8 @@ class OpenSkill:
 
     def update_match(self, placements: Sequence[Sequence[str]], t: float) -> None:
         """Rate one match: groups of players best first, players of a group tied."""
-        order: list[str] = []
-        ranks: list[float] = []
-        seen: set[str] = set()
-        for k, group in enumerate(placements):
-            for player in group:
-                if player in seen:
-                    raise ValueError(f"placements: player {player!r} is placed twice")
-                seen.add(player)
-                order.append(player)
-                ranks.append(k)
+        order, place = ranked_players(placements)
+        ranks: list[float] = [float(k) for k in place]
         if len(order) < 2:
             return  # nobody to compare with: nothing learnt
         s = self._state
@@ -128,31 +119,6 @@ class OpenSkill:
         rated = self.package.rate(teams, ranks=ranks)
         for player, (r,) in zip(order, rated, strict=True):
             s[player] = (r.mu, r.sigma)
-
-    def state_of(self, player: str) -> tuple[float, float]:
-        """(μ, σ) of ``player`` (the prior when unknown)."""
-        return self._state.get(player, self._prior)
-
-    def rating(self, player: str) -> float:
-        return self._state.get(player, self._prior)[0]
-
-    def display(self, player: str) -> float:
-        mu, sigma = self._state.get(player, self._prior)
-        return mu - 3.0 * sigma
-
-    def players(self) -> list[str]:
-        return list(self._state)
-
-    def export_state(self) -> dict[str, Any]:
-        return state_envelope(
-            self.kind,
-            params=asdict(self.params),
-            players={p: list(v) for p, v in self._state.items()},
-        )
-
-    def import_state(self, state: dict[str, Any]) -> None:
-        check_state(state, self.kind)
-        self._state = {str(p): (float(v[0]), float(v[1])) for p, v in state["players"].items()}
 
 
 def _finite(x: float) -> bool:

@@ -40,11 +40,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
 
-from arenad.models.base import check_state, require, state_envelope
+from arenad.models.base import MuSigmaState, ranked_players, require
 
 _SQRT1_2 = math.sqrt(0.5)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -354,7 +353,7 @@ def rate_match(
     return out
 
 
-class TrueSkill:
+class TrueSkill(MuSigmaState):
     """Two-player TrueSkill, one kill = one game the attacker won."""
 
     kind = "trueskill"
@@ -388,31 +387,6 @@ class TrueSkill:
         s[attacker] = (mu_a + var_a / c * v, math.sqrt(var_a * (1.0 - var_a / c2 * w)))
         s[victim] = (mu_b - var_b / c * v, math.sqrt(var_b * (1.0 - var_b / c2 * w)))
 
-    def state_of(self, player: str) -> tuple[float, float]:
-        """(μ, σ) of ``player`` (the prior when unknown)."""
-        return self._state.get(player, self._prior)
-
-    def rating(self, player: str) -> float:
-        return self._state.get(player, self._prior)[0]
-
-    def display(self, player: str) -> float:
-        mu, sigma = self._state.get(player, self._prior)
-        return mu - 3.0 * sigma
-
-    def players(self) -> list[str]:
-        return list(self._state)
-
-    def export_state(self) -> dict[str, Any]:
-        return state_envelope(
-            self.kind,
-            params=asdict(self.params),
-            players={p: list(v) for p, v in self._state.items()},
-        )
-
-    def import_state(self, state: dict[str, Any]) -> None:
-        check_state(state, self.kind)
-        self._state = {str(p): (float(v[0]), float(v[1])) for p, v in state["players"].items()}
-
 
 class TrueSkillFFA(TrueSkill):
     """TrueSkill that also rates FFA match placements (``update_match``): kills as ``trueskill``."""
@@ -432,17 +406,9 @@ class TrueSkillFFA(TrueSkill):
         two neighbours, as in Herbrich et al. and the reference package), so their order inside
         the group matters a little: in [[a], [b, c], [d]], b is compared with a and c with d.
         """
-        order: list[str] = []
-        ties: list[bool] = []
-        seen: set[str] = set()
-        for group in placements:
-            for k, player in enumerate(group):
-                if player in seen:
-                    raise ValueError(f"placements: player {player!r} is placed twice")
-                seen.add(player)
-                if order:
-                    ties.append(k > 0)
-                order.append(player)
+        order, place = ranked_players(placements)
+        # Between each two neighbours in the chain: a draw when they share a group.
+        ties = [place[i] == place[i - 1] for i in range(1, len(order))]
         if len(order) < 2:
             return  # nobody to compare with: nothing learnt
         if self._match_margin <= 0.0 and any(ties):
