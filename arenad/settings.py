@@ -2,23 +2,29 @@
 
 Unknown sections and keys are errors. Every problem is reported at once as key, value and message
 (``arenad check-config FILE`` prints them); nothing starts with a half-valid configuration.
-Sections: ``[adr]`` (the rating core) and the daemon's ``[daemon] [udp] [mqtt] [query]
-[metrics] [log]`` (``arenad.daemon.config``).
+Sections: ``[adr]`` (the rating core), ``[models]`` (the primary ADR variant and the shadow models)
+and the daemon's ``[daemon] [udp] [mqtt] [query] [metrics] [log]`` (``arenad.daemon.config``).
+
+``[models] primary`` names an ADR variant; the parameters that variant sets are folded into
+``Settings.adr``, so everything that rates with ``settings.adr`` (the daemon, ``arenad replay``)
+rates with the primary model.
 """
 
 from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from arenad.core.params import ADRParams
 from arenad.daemon.config import (
+    PRIMARY_MODELS,
     DaemonSettings,
     LogSettings,
     MetricsSettings,
+    ModelsSettings,
     MqttSettings,
     QuerySettings,
     UdpSettings,
@@ -35,6 +41,7 @@ _DAEMON_SECTIONS: dict[str, type[Any]] = {
     "query": QuerySettings,
     "metrics": MetricsSettings,
     "log": LogSettings,
+    "models": ModelsSettings,
 }
 SECTIONS = ("adr", *_DAEMON_SECTIONS, "source_udp", "tail")
 
@@ -50,6 +57,7 @@ class Settings:
     query: QuerySettings = field(default_factory=QuerySettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    models: ModelsSettings = field(default_factory=ModelsSettings)
     source_udp: HlUdpSettings = field(default_factory=HlUdpSettings)  # Source-engine UDP logs
     tail: tuple[TailSpec, ...] = ()  # [[tail]]: game-server log files to follow
 
@@ -83,9 +91,31 @@ class Settings:
         else:
             hl_udp, more = hl_udp_from_mapping(hl_table)
             problems.extend(more)
+        models = sections.get("models")
+        if isinstance(models, ModelsSettings) and isinstance(adr_table, Mapping):
+            adr = _primary_params(adr, adr_table, models.primary, problems)
         if problems:
             raise ConfigError(problems, source)
         return cls(adr=adr, tail=tails, source_udp=hl_udp, **sections)
+
+
+def _primary_params(
+    adr: ADRParams, adr_table: Mapping[str, Any], primary: str, problems: list[ConfigProblem]
+) -> ADRParams:
+    """``[adr]`` with the parameters of the primary ADR variant; a contradiction is a problem."""
+    overrides = PRIMARY_MODELS.get(primary) if isinstance(primary, str) else None
+    if not overrides:
+        return adr  # plain "adr", or an unknown primary (ModelsSettings reports that)
+    for key, value in overrides.items():
+        if key in adr_table and adr_table[key] != value:
+            problems.append(
+                ConfigProblem(
+                    "models.primary",
+                    primary,
+                    f"sets adr.{key} = {value!r}, but [adr] sets {key} = {adr_table[key]!r}: remove one",
+                )
+            )
+    return replace(adr, **overrides)  # type: ignore[arg-type]
 
 
 def load_settings(path: Path | str | None) -> Settings:

@@ -1,13 +1,16 @@
 """End-to-end benchmark: a real ``arenad run`` process fed over UDP or MQTT QoS 1, queried meanwhile.
 
 Run:  .venv/bin/python -m bench.daemon [--players 10000,100000] [--events 300000] [--mqtt]
+                                      [--shadows elo,glicko2] [--compare-shadows]
 
 For each population: start a daemon on a fresh state directory, introduce every player, then send
 the main stream as fast as the daemon takes it (UDP: msgpack arrays of 50 events per datagram,
 paced by watching the daemon's queue so nothing is dropped; MQTT: QoS 1 messages of 50 events,
 each waiting for its PUBACK from the broker) while a second thread issues ``get`` queries and
 times them. Prints events/s (until the rating core has decided on every event of the stream:
-applied, filtered or rejected), query p50/p99 and drops.
+applied, filtered or rejected, and every shadow model has scored and learnt from it), query
+p50/p99 and drops. ``--shadows`` runs the daemon with those shadow models (``[models] shadows``);
+``--compare-shadows`` runs each population without and then with them.
 """
 
 from __future__ import annotations
@@ -80,6 +83,15 @@ def send_mqtt(url: str, topic: str, evs: list[dict[str, Any]]) -> None:
     emit_mqtt(url, topic, iter(evs), batch=BATCH)
 
 
+def model_update_us(d: DaemonProcess) -> dict[str, float]:
+    """Mean µs per sampled event of each model (``arenad_model_update_seconds``: for a shadow its
+    prediction and update, for the primary its apply)."""
+    text = d.metrics()
+    total = d.series("arenad_model_update_seconds_sum", "model", text)
+    count = d.series("arenad_model_update_seconds_count", "model", text)
+    return {m: round(1e6 * total[m] / count[m], 2) for m in total if count.get(m)}
+
+
 def query_load(addr: tuple[str, int], names: list[str], stop: Any, out: Any) -> None:
     """In its own process (so the sender's GIL cannot delay it): time ``get`` round trips."""
     lat: list[float] = []
@@ -98,9 +110,20 @@ def query_load(addr: tuple[str, int], names: list[str], stop: Any, out: Any) -> 
     out.send(lat)
 
 
-def run_one(players: int, events: int, mqtt: str | None, workdir: Path, workload: str) -> dict[str, Any]:
-    state = workdir / f"state-{players}-{'mqtt' if mqtt else 'udp'}"
-    d = DaemonProcess(state)
+def run_one(
+    players: int,
+    events: int,
+    mqtt: str | None,
+    workdir: Path,
+    workload: str,
+    *,
+    shadows: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    label = f"{players}-{'mqtt' if mqtt else 'udp'}-{'+'.join(shadows) or 'none'}"
+    state = workdir / f"state-{label}"
+    config = workdir / f"arenad-{label}.toml"
+    config.write_text("[models]\nshadows = [" + ", ".join(f'"{n}"' for n in shadows) + "]\n")
+    d = DaemonProcess(state, config=config)
     d.start(mqtt=mqtt)
     try:
         t0 = time.time() - 3600
@@ -118,8 +141,10 @@ def run_one(players: int, events: int, mqtt: str | None, workdir: Path, workload
         qproc = ctx.Process(target=query_load, args=(d.addr("query"), names, stop, sender))
 
         def rated(s: dict[str, Any]) -> int:
-            # Every event the rating core has decided on: applied, filtered or rejected by it.
-            return int(s["applied"] + s["filtered"] + sum(s["rejected"].values()))
+            # Every event the rating core has decided on (applied, filtered or rejected by it) and,
+            # with shadows, that every model has scored (a shadow runs after ADR's slice).
+            core = int(s["applied"] + s["filtered"] + sum(s["rejected"].values()))
+            return min([core, *(int(m["predictions"]) for m in s["models"].values())])
 
         base = rated(d.stats())
         qproc.start()
@@ -131,11 +156,13 @@ def run_one(players: int, events: int, mqtt: str | None, workdir: Path, workload
         final = d.wait_for(lambda s: rated(s) - base >= len(evs), timeout=900)
         elapsed = time.perf_counter() - started
         stop.set()
+        update_us = model_update_us(d)
         lat: list[float] = sorted(receiver.recv()) if receiver.poll(30) else []
         qproc.join(10)
         return {
             "players": players,
             "source": "mqtt" if mqtt else "udp",
+            "shadows": list(shadows),
             "workload": workload,
             "events": len(evs),
             "events_per_s": round(len(evs) / elapsed, 1),
@@ -145,6 +172,7 @@ def run_one(players: int, events: int, mqtt: str | None, workdir: Path, workload
             "queries": len(lat),
             "dropped": final["dropped"],
             "applied": final["applied"],
+            "model_update_us": update_us,
         }
     finally:
         d.stop(60)
@@ -156,7 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--mqtt", action="store_true", help="also run through a local mosquitto (QoS 1)")
     ap.add_argument("--workload", choices=("network", "uniform"), default="network")
+    ap.add_argument("--shadows", default="", help="comma-separated shadow models, e.g. elo,glicko2")
+    ap.add_argument(
+        "--compare-shadows", action="store_true", help="run every population without, then with --shadows"
+    )
     args = ap.parse_args(argv)
+    shadows = tuple(n.strip() for n in args.shadows.split(",") if n.strip())
+    variants = [(), shadows] if args.compare_shadows and shadows else [shadows]
     results = []
     workdir = Path(tempfile.mkdtemp(prefix="arenad-bench-"))
     broker: subprocess.Popen[bytes] | None = None
@@ -172,13 +206,15 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.5)
             mqtt_url = f"mqtt://127.0.0.1:{port}"
         for p in (int(x) for x in args.players.split(",")):
-            for src in [None, mqtt_url] if mqtt_url else [None]:
-                r = run_one(p, args.events, src, workdir, args.workload)
+            for src, models in [(s, m) for s in ([None, mqtt_url] if mqtt_url else [None]) for m in variants]:
+                r = run_one(p, args.events, src, workdir, args.workload, shadows=models)
                 results.append(r)
                 print(
-                    f"{r['source']:>4} {r['workload']} P={r['players']:>7,}  "
+                    f"{r['source']:>4} {r['workload']} P={r['players']:>7,} "
+                    f"shadows={','.join(models) or '-'} "
                     f"{r['events_per_s']:>9,.0f} events/s  "
-                    f"query p50 {r['query_p50_ms']} ms  p99 {r['query_p99_ms']} ms  dropped {r['dropped']}",
+                    f"query p50 {r['query_p50_ms']} ms  p99 {r['query_p99_ms']} ms  dropped {r['dropped']}  "
+                    f"µs/event by model {r['model_update_us']}",
                     flush=True,
                 )
     finally:

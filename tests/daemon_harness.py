@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+from prometheus_client.parser import text_string_to_metric_families
 
 STARTUP_TIMEOUT = 30.0
 
@@ -124,6 +125,15 @@ class DaemonProcess:
             if key == want:
                 return float(value)
         return 0.0
+
+    def series(self, name: str, label: str, text: str | None = None) -> dict[str, float]:
+        """Every sample of ``name`` by the value of one label, e.g. series("arenad_model_auc", "model")."""
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(self.metrics() if text is None else text):
+            for sample in family.samples:
+                if sample.name == name and label in sample.labels:
+                    out[sample.labels[label]] = float(sample.value)
+        return out
 
     def send_udp(self, payload: bytes, source: str = "127.0.0.1") -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

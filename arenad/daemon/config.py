@@ -1,4 +1,5 @@
-"""Typed settings of the daemon's sections: ``[daemon] [udp] [mqtt] [query] [metrics] [log]``.
+"""Typed settings of the daemon's sections: ``[daemon] [udp] [mqtt] [query] [metrics] [log]
+[models]``.
 
 Each section is a frozen dataclass whose ``problems()`` names every bad key with its value.
 Secrets never live in the config file: MQTT passwords come from an environment variable or a
@@ -15,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from arenad.errors import ConfigProblem
+from arenad.models import discover_models, is_offline
 
 
 def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int]:
@@ -232,7 +234,95 @@ class LogSettings:
         return out
 
 
-SectionType = DaemonSettings | UdpSettings | MqttSettings | QuerySettings | MetricsSettings | LogSettings
+#: The ADR variants the primary model may be, with the ``[adr]`` parameters each one sets
+#: (the same variants as ``arenad.models.adr``: ``adr_printed``, ``adr_unanchored``).
+PRIMARY_MODELS: dict[str, dict[str, object]] = {
+    "adr": {},
+    "adr-printed": {"loser_rule": "printed"},
+    "adr-unanchored": {"anchor": False},
+}
+#: Largest ``[models] window``: the scores are computed over the window at every scrape, in
+#: O(window log window) per model on the event loop (about 1 ms per model at 10,000 predictions,
+#: 20 ms at 100,000), and queries wait meanwhile.
+MAX_WINDOW = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ModelsSettings:
+    """``[models]``: the primary (ADR) model and shadow models scored beside it."""
+
+    primary: str = "adr"  # the ladder's model: an ADR variant (PRIMARY_MODELS)
+    shadows: tuple[str, ...] = ()  # names of arenad.models plugins run beside it
+    window: int = 10_000  # scored predictions per model in the rolling metric window
+
+    def problems(self) -> list[ConfigProblem]:
+        out: list[ConfigProblem] = []
+        if not isinstance(self.primary, str) or self.primary not in PRIMARY_MODELS:
+            out.append(
+                ConfigProblem(
+                    "models.primary",
+                    self.primary,
+                    "the ladder, tiers and queries are ADR's, so the primary must be an ADR variant: "
+                    f"{', '.join(PRIMARY_MODELS)} (run other models as shadows)",
+                )
+            )
+        _need_num(out, "models", self, "window", lo=2, hi=MAX_WINDOW, integer=True)
+        if not isinstance(self.shadows, tuple) or not all(isinstance(n, str) for n in self.shadows):
+            out.append(ConfigProblem("models.shadows", self.shadows, "must be a list of model names"))
+            return out
+        known_primary = isinstance(self.primary, str) and self.primary in PRIMARY_MODELS
+        primary = self.primary if known_primary else None
+        out.extend(_shadow_problems(primary, self.shadows))
+        return out
+
+
+def _shadow_problems(primary: str | None, shadows: tuple[str, ...]) -> list[ConfigProblem]:
+    """Unknown, offline, repeated or broken shadow models, each named with its value."""
+    if not shadows:
+        return []
+    out: list[ConfigProblem] = []
+    known, errors = discover_models()
+    seen: set[str] = set()
+    for name in shadows:
+        if name in seen:
+            out.append(ConfigProblem("models.shadows", name, "listed twice"))
+            continue
+        seen.add(name)
+        if name == primary:  # (a primary that is no ADR variant is reported on its own)
+            out.append(ConfigProblem("models.shadows", name, "is the primary model already"))
+            continue
+        factory = known.get(name)
+        if factory is None:
+            failed = [e for e in errors if e.startswith(f"{name}: ")]
+            why = f"its plugin failed to load ({failed[0]})" if failed else f"known: {', '.join(known)}"
+            out.append(ConfigProblem("models.shadows", name, f"no such rating model ({why})"))
+            continue
+        try:
+            model = factory()
+        except Exception as e:  # a third-party factory: report it, whatever it raised
+            out.append(ConfigProblem("models.shadows", name, f"cannot be built: {type(e).__name__}: {e}"))
+            continue
+        if is_offline(model):
+            out.append(
+                ConfigProblem(
+                    "models.shadows",
+                    name,
+                    "is an offline model (it refits over the whole history, so its cost grows without "
+                    "bound); use it with `arenad evaluate`",
+                )
+            )
+    return out
+
+
+SectionType = (
+    DaemonSettings
+    | UdpSettings
+    | MqttSettings
+    | QuerySettings
+    | MetricsSettings
+    | LogSettings
+    | ModelsSettings
+)
 
 
 def section_from_mapping(

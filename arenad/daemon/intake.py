@@ -1,19 +1,22 @@
-"""Validation of decoded events against the wall clock and delivery history (pure: ``now`` is
-passed in). The decoders already refused what is malformed; this adds the rules that need time
-or memory: ``future_time``, ``too_old`` and ``duplicate_id``.
+"""Validation of decoded events (kills and match placements) against the wall clock and delivery
+history (pure: ``now`` is passed in). The decoders already refused what is malformed; this adds
+the rules that need time or memory: ``future_time``, ``too_old`` and ``duplicate_id``.
 
-What passes is journaled and handed to the rating core, which applies its own rules (§2.1
+What passes is journaled. Kills go to the rating core, which applies its own rules (§2.1
 cooldown, self-kill, out-of-order beyond the late tolerance) deterministically, so replaying
-the journal reproduces the daemon's state exactly.
+the journal reproduces the daemon's state exactly; placements go to the shadow models only.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
-from arenad.core.events import KillEvent, Reject, RejectReason
+from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.daemon.config import DaemonSettings
+
+#: Either event kind: a kill or a match placement. Both carry ``t``, ``server`` and ``id``.
+E = TypeVar("E", bound=KillEvent | PlacementEvent)
 
 
 class Intake:
@@ -24,8 +27,12 @@ class Intake:
         # Insertion order is arrival order, so the oldest entries are at the front.
         self._seen: dict[tuple[str, str], float] = {}
 
-    def check(self, ev: KillEvent, default_server: str | None, now: float) -> KillEvent | Reject:
-        """Accept (returning the event with its server filled in) or refuse with a reason."""
+    def check(self, ev: E, default_server: str | None, now: float) -> E | Reject:
+        """Accept (returning the event with its server filled in) or refuse with a reason.
+
+        Kills and match placements share the rules and the id history: an id names one event
+        of a server, whatever its kind.
+        """
         s = self.settings
         if ev.t > now + s.max_clock_skew:
             return Reject(RejectReason.FUTURE_TIME, f"t is {ev.t - now:.0f} s ahead of this host's clock")

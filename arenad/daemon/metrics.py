@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from arenad.core.params import TIER_NAMES
-from arenad.daemon.types import MetricsSnapshot
+from arenad.daemon.types import MetricsSnapshot, ModelFigures
 
 _log = structlog.get_logger("arenad.metrics")
 
@@ -129,6 +129,70 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "arenad_ready", "1 once state is loaded (/healthz answers 200).", value=int(snap.ready)
     )
+    yield CounterMetricFamily(
+        "arenad_placements",
+        "Match-placement events journaled (ADR does not rate them; every model is scored on them).",
+        value=snap.placements,
+    )
+    yield from _model_families(snap.models)
+
+
+#: Per-model series, labelled ``model``: (family type, name, help, value of one model's figures).
+_MODEL_FAMILIES: tuple[
+    tuple[type[GaugeMetricFamily | CounterMetricFamily], str, str, Callable[[ModelFigures], float]], ...
+] = (
+    (
+        GaugeMetricFamily,
+        "arenad_model_log_loss",
+        "Log loss of the model's predictions in the rolling window (nan while it is empty).",
+        lambda f: f.log_loss,
+    ),
+    (
+        GaugeMetricFamily,
+        "arenad_model_brier",
+        "Brier score of the model's predictions in the rolling window.",
+        lambda f: f.brier,
+    ),
+    (
+        GaugeMetricFamily,
+        "arenad_model_auc",
+        "AUC of the model's predictions in the rolling window (every other one shown reversed).",
+        lambda f: f.auc,
+    ),
+    (
+        CounterMetricFamily,
+        "arenad_model_predictions",
+        "Predictions scored (one per kill, one per placement pair) since the state began.",
+        lambda f: f.predictions,
+    ),
+    (
+        GaugeMetricFamily,
+        "arenad_model_window_predictions",
+        "Predictions in the rolling window now (at most [models] window).",
+        lambda f: f.window,
+    ),
+    (
+        CounterMetricFamily,
+        "arenad_model_matches",
+        "Match placements the model rated (models that rate matches only).",
+        lambda f: f.matches,
+    ),
+    (
+        GaugeMetricFamily,
+        "arenad_model_failed",
+        "1 once the model raised and was stopped, else 0.",
+        lambda f: int(f.failed is not None),
+    ),
+)
+
+
+def _model_families(models: list[ModelFigures]) -> Iterator[Metric]:
+    """Every model's scores over its window (``arenad.daemon.shadows``), computed at scrape time."""
+    for cls, name, doc, value in _MODEL_FAMILIES:
+        family = cls(name, doc, labels=["model"])
+        for figures in models:
+            family.add_metric([figures.model], value(figures))
+        yield family
 
 
 class _SnapshotCollector:
@@ -174,6 +238,13 @@ class Metrics:
             "Time to answer one query, by operation.",
             labelnames=["op"],
             buckets=QUERY_BUCKETS,
+            registry=self.registry,
+        )
+        self.model_update_seconds = Histogram(
+            "arenad_model_update_seconds",
+            "Time to predict and rate one kill, by model (the primary: its apply alone); a sample.",
+            labelnames=["model"],
+            buckets=UPDATE_BUCKETS,
             registry=self.registry,
         )
         self.checkpoint_seconds = Histogram(

@@ -2,7 +2,7 @@
 
 ::
 
-    UDP datagrams ─┐                       ┌─> journal (fsync) ─> Engine.feed ─> Batch.done (PUBACK)
+    UDP datagrams ─┐                       ┌─> journal (fsync) ─> Engine.feed ─> shadows ─> Batch.done
     MQTT QoS 1 ────┼─> bounded queue ─> engine task
     (log tails) ───┘                       └─> checkpoint every N s (a thread writes it)
     query socket <── reads the engine between engine steps
@@ -12,6 +12,10 @@ Only the engine task mutates rating state. Sources that can wait (MQTT) block on
 queue when it is full, which pauses their intake; UDP drops and counts. An event is journaled
 and fsynced before it is applied and before its source is told it is done, so everything a
 source was told is done survives ``kill -9``.
+
+Kills and match placements are journaled alike. ADR rates the kills; every model's prediction
+of each event is scored first, and the shadow models (``[models] shadows``, ``shadows.py``)
+learn from both kinds after ADR has applied a few slices.
 """
 
 from __future__ import annotations
@@ -43,11 +47,20 @@ from arenad.daemon.intake import Intake
 from arenad.daemon.logs import RejectWarnings
 from arenad.daemon.metrics import Metrics, serve_metrics
 from arenad.daemon.query import QueryHandler, close_servers, serve_query
+from arenad.daemon.shadows import ModelSet, adr_prediction
 from arenad.daemon.sources.hl_udp import HlUdpSource, load_secrets, open_hl_udp
 from arenad.daemon.sources.mqtt import MqttStatus, load_password, run_mqtt, tls_context
 from arenad.daemon.sources.tail import LogFollower
 from arenad.daemon.sources.udp import open_udp
-from arenad.daemon.state import Checkpoints, Journal, Record, RecoveryReport, StateError
+from arenad.daemon.state import (
+    Checkpoints,
+    Journal,
+    JournalRecord,
+    PlacementRecord,
+    RecoveryReport,
+    StateError,
+    record_seq,
+)
 from arenad.daemon.types import Batch, MetricsSnapshot
 from arenad.errors import ArenadError, ConfigError, ConfigProblem
 from arenad.feeds import discover_feeds
@@ -56,8 +69,16 @@ from arenad.settings import Settings
 log = structlog.get_logger("arenad")
 
 #: Events handled between two yields to the event loop: about 0.5 ms of work, so a query waits
-#: about that long behind ingestion.
+#: about that long behind ingestion (and behind one shadow model's slice).
 SLICE = 32
+#: A match placement counts as 1 + pairs // PAIRS_PER_EVENT events of work in a slice: every
+#: model predicts each of its (better, worse) pairs.
+PAIRS_PER_EVENT = 16
+#: Slices of ADR's work the shadow models take at a time, one shadow after the other (each slice
+#: still followed by a yield): switching between models every slice costs cache misses.
+SHADOW_SLICES = 4
+#: Journal records replayed into the shadows at a time during recovery.
+REPLAY_CHUNK = 4096
 #: Every n-th event's apply time goes into the update histogram (timing each would cost more).
 UPDATE_SAMPLE = 64
 #: Events taken from the queue per engine step (one journal write and one fsync cover them).
@@ -85,6 +106,7 @@ class Daemon:
         self.filtered: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
         self.applied = 0
+        self.placements = 0  # match placements journaled (ADR does not rate them)
         self.checkpoint_last_success = 0.0
         self.checkpoint_failures = 0
         self.recovery = RecoveryReport()
@@ -97,7 +119,14 @@ class Daemon:
         self.mqtt_status = MqttStatus()
         self.journal = Journal(self.state_dir)
         self.checkpoints = Checkpoints(self.state_dir, keep=settings.daemon.checkpoints_kept)
+        self.models = ModelSet(settings.models)
         self.metrics = Metrics(self.snapshot)
+        # Every model's histogram series exists from the start, so dashboards see each model.
+        if self.models.scoring:
+            self.models.observers = {
+                name: self.metrics.model_update_seconds.labels(model=name).observe
+                for name in self.models.names
+            }
         self.reject_warnings = RejectWarnings(settings.log.reject_warning_interval)
         self.bound: dict[str, Any] = {}  # actual listening addresses, for logs and tests
         self._lock_fd: int | None = None
@@ -128,6 +157,8 @@ class Daemon:
             unrated_deaths=self._unrated_deaths(),
             mqtt_connected=self.mqtt_status.connected,
             ready=self.ready,
+            placements=self.placements,
+            models=self.models.figures(),
         )
 
     def stats(self) -> dict[str, Any]:
@@ -137,6 +168,8 @@ class Daemon:
             "rejected_by_daemon": dict(self.rejected),
             "dropped": dict(self.dropped),
             "journal_seq": self.seq,
+            "placements": self.placements,
+            "models": {f.model: f.as_dict() for f in self.models.figures()},
             "checkpoint_seq": self.checkpoint_seq,
             "queue_depth": self.queue.qsize(),
             "mqtt_connected": self.mqtt_status.connected,
@@ -168,6 +201,7 @@ class Daemon:
         """Newest valid checkpoint, then the journal tail (kept for the daemon's own start)."""
         report = RecoveryReport()
         self.checkpoints.clean_temporaries()
+        models_state: object = None
         for seq, path in self.checkpoints.list():
             try:
                 payload = Checkpoints.read(path)
@@ -182,19 +216,40 @@ class Daemon:
             self.intake = intake
             self.seq = seq
             self.applied = int(payload.get("applied", 0))
+            self.placements = int(payload.get("placements", 0))
             self.positions = dict(payload.get("positions", {}))
+            models_state = payload.get("models")
             report.checkpoint = path
             report.checkpoint_seq = seq
             break
+        # Shadow models continue from the same checkpoint as the engine (a checkpoint from before
+        # them has none: they start at its sequence number).
+        self.models.import_state(models_state)
         records, truncations = self.journal.replay_after(self.seq)
+        chunk: list[JournalRecord] = []
+        now = time.time()
         for rec in records:
-            seq, t, attacker, victim, server, event_id = rec
+            seq = record_seq(rec)
             if seq != self.seq + 1:
                 raise StateError(f"journal jumps from event {self.seq} to {seq}: history is missing")
-            self.intake.remember(server, event_id, time.time())
-            self._apply_one(attacker, victim, t)
+            if isinstance(rec, PlacementRecord):
+                self.intake.remember(rec.server, rec.id, now)
+                if self.models.scoring:
+                    self.models.score_primary_placement(self.engine, rec)
+                self.placements += 1
+            else:
+                _seq, t, attacker, victim, server, event_id = rec
+                self.intake.remember(server, event_id, now)
+                if self.models.scoring:
+                    self.models.primary.add(adr_prediction(self.engine, attacker, victim))
+                self._apply_one(attacker, victim, t)
+            chunk.append(rec)
+            if len(chunk) >= REPLAY_CHUNK:
+                self.models.run(chunk)  # the shadows after the primary, as in _process
+                chunk = []
             self.seq = seq
             report.replayed += 1
+        self.models.run(chunk)
         report.truncated_bytes = sum(truncations)
         if report.truncated_bytes:
             log.warning("journal_tail_truncated", bytes=report.truncated_bytes)
@@ -218,7 +273,9 @@ class Daemon:
             "seq": self.seq,
             "created": time.time(),
             "applied": self.applied,
+            "placements": self.placements,
             "engine": self.engine.export_state(),
+            "models": self.models.export_state(),
             "dedupe": self.intake.export_state(),
             "positions": dict(self.positions),
         }
@@ -259,7 +316,7 @@ class Daemon:
     # ------------------------------------------------------------------ the engine task
     async def _process(self, batches: list[Batch]) -> None:
         now = time.time()
-        records: list[Record] = []
+        records: list[JournalRecord] = []
         check = self.intake.check
         seq = self.seq
         handled = 0
@@ -276,14 +333,16 @@ class Daemon:
                 if isinstance(item, Reject):
                     self._count_reject(item, batch.source)
                     continue
-                if isinstance(item, PlacementEvent):
-                    self.filtered["placement"] += 1  # ADR rates kills; match results go to shadows
-                    continue
                 checked = check(item, batch.server, now)
                 if isinstance(checked, Reject):
                     self._count_reject(checked, batch.source)
                     continue
                 seq += 1
+                if isinstance(checked, PlacementEvent):
+                    records.append(
+                        PlacementRecord(seq, checked.t, checked.placements, checked.server, checked.id)
+                    )
+                    continue
                 records.append((seq, checked.t, checked.attacker, checked.victim, checked.server, checked.id))
         self.seq = seq
         if records:
@@ -296,44 +355,118 @@ class Daemon:
             if batch.position is not None:  # what this batch held is journaled: resume after it
                 self.positions[batch.position[0]] = batch.position[1]
                 self._positions_moved = True
-        observe = self.metrics.update_seconds.observe
-        engine = self.engine
-        apply = engine.apply  # recalibration is handled just below, exactly as Engine.feed does
-        applied_outcome = Outcome.APPLIED
-        applied = 0
-        sample = self._sample
-        for k, (_, t, attacker, victim, _s, _i) in enumerate(records, start=1):
-            if t >= engine.next_recalibration and engine.recalibration_due_before(attacker, victim, t):
-                # Same point and same result as Engine.feed (and so as replay), but the O(P)
-                # numpy part runs in a worker thread while the loop keeps answering queries;
-                # nothing mutates the engine meanwhile because this task is the only writer.
-                at = engine.begin_recalibration(t)
-                if at is not None:
-                    engine.finish_recalibration(await asyncio.to_thread(engine.plan_recalibration, at))
-            sample += 1
-            if sample >= UPDATE_SAMPLE:
-                sample = 0
-                t0 = time.perf_counter()
-                outcome = apply(attacker, victim, t)
-                observe(time.perf_counter() - t0)
-            else:
-                outcome = apply(attacker, victim, t)
-            if outcome is applied_outcome:
-                applied += 1
-            else:
-                self._count_outcome(outcome)
-            if k % SLICE == 0:
-                self.applied += applied  # visible to queries between slices
-                applied = 0
-                await asyncio.sleep(0)
-        self.applied += applied
-        self._sample = sample
+        await self._apply(records)
         for batch in batches:
             if batch.done is not None:
                 try:
                     batch.done()
                 except Exception as e:  # a source's ack failing must not stop the engine
                     log.warning("ack_failed", source=batch.source, error=str(e))
+
+    async def _apply(self, records: list[JournalRecord]) -> None:
+        """Score and apply journaled records in slices; the shadows follow every few slices.
+
+        Per kill: with shadow models configured, the primary's prediction is scored first (before
+        the update, as offline evaluation does); then ADR applies it. A placement is never
+        applied; with shadows, the primary's prediction of each of its pairs is scored. Queries
+        get their turn after each slice; after every ``SHADOW_SLICES`` slices (and at the end)
+        each shadow model takes the same slices in turn, with a turn for queries after each.
+        """
+        observe = self.metrics.update_seconds.observe
+        models = self.models
+        # Without shadows there is nothing to compare the primary with: no scoring, no cost.
+        scoring = models.scoring
+        observe_primary = models.observers.get(models.primary_name)  # set only when scoring
+        engine = self.engine
+        apply = engine.apply  # recalibration is handled just below, exactly as Engine.feed does
+        predict = engine.predict
+        ids_get = engine.ids.get
+        window = models.primary  # the primary's predictions are stored inline (see ScoreWindow.add)
+        view = window.view
+        size = window.size
+        pos = window.pos
+        scored = 0
+        applied_outcome = Outcome.APPLIED
+        applied = 0
+        placements = 0
+        sample = self._sample
+        work = 0
+        start = 0  # the first record the shadows have not taken yet
+        cuts: list[int] = []  # where ADR's slices since then end
+        for k, rec in enumerate(records):
+            if isinstance(rec, PlacementRecord):
+                # ADR does not rate matches; its predictions of the pairs are scored all the same.
+                if scoring:
+                    for a, b in rec.pairs:
+                        i = ids_get(a)
+                        j = ids_get(b)
+                        view[pos] = 0.5 if i is None or j is None else predict(i, j)
+                        pos += 1
+                        if pos == size:
+                            pos = 0
+                    scored += len(rec.pairs)
+                placements += 1
+                work += 1 + len(rec.pairs) // PAIRS_PER_EVENT
+            else:
+                _, t, attacker, victim, _s, _i = rec
+                if scoring:
+                    i = ids_get(attacker)
+                    j = ids_get(victim)
+                    view[pos] = 0.5 if i is None or j is None else predict(i, j)  # §3.1, before the update
+                    pos += 1
+                    if pos == size:
+                        pos = 0
+                    scored += 1
+                if t >= engine.next_recalibration and engine.recalibration_due_before(attacker, victim, t):
+                    # Same point and same result as Engine.feed (and so as replay), but the O(P)
+                    # numpy part runs in a worker thread while the loop keeps answering queries;
+                    # nothing mutates the engine meanwhile because this task is the only writer.
+                    window.commit(pos, scored)  # scrapes may read the window meanwhile
+                    scored = 0
+                    at = engine.begin_recalibration(t)
+                    if at is not None:
+                        engine.finish_recalibration(await asyncio.to_thread(engine.plan_recalibration, at))
+                sample += 1
+                if sample >= UPDATE_SAMPLE:
+                    sample = 0
+                    t0 = time.perf_counter()
+                    outcome = apply(attacker, victim, t)
+                    elapsed = time.perf_counter() - t0
+                    observe(elapsed)
+                    if observe_primary is not None:
+                        observe_primary(elapsed)
+                else:
+                    outcome = apply(attacker, victim, t)
+                if outcome is applied_outcome:
+                    applied += 1
+                else:
+                    self._count_outcome(outcome)
+                work += 1
+            if work >= SLICE:
+                work = 0
+                self.applied += applied  # visible to queries between slices
+                applied = 0
+                self.placements += placements
+                placements = 0
+                window.commit(pos, scored)
+                scored = 0
+                cuts.append(k + 1)
+                await asyncio.sleep(0)
+                if len(cuts) >= SHADOW_SLICES:
+                    await self._shadows(records, start, cuts)  # the same slices, model by model
+                    start = cuts[-1]
+                    cuts = []
+        self.applied += applied
+        self.placements += placements
+        window.commit(pos, scored)
+        self._sample = sample
+        await self._shadows(records, start, [*cuts, len(records)])
+
+    async def _shadows(self, records: list[JournalRecord], lo: int, cuts: list[int]) -> None:
+        """The shadow models take ``records[lo:cuts[-1]]`` in ADR's slices; queries get a turn
+        after each slice of each model."""
+        for _ in self.models.run_steps(records, lo, cuts):
+            await asyncio.sleep(0)
 
     def _count_reject(self, reject: Reject, source: str) -> None:
         self.rejected[reject.reason.value] += 1

@@ -5,8 +5,19 @@ Layout of the state directory::
     checkpoint-000000000042.ckpt   newest valid one wins; older ones are the fallback
     journal-000000000043.log       records with sequence numbers from 43 on
 
-A journal record is ``u32 length | u32 crc32 | msgpack [first_seq, [[t, attacker, victim,
-server, id], ...]]``: a chunk of consecutive accepted events.
+A journal record is ``u32 length | u32 crc32 | msgpack chunk``: consecutive accepted events, in
+one of two layouts (the reader branches on the array's length):
+
+* ``[first_seq, rows]``: every row a kill ``[t, attacker, victim, server, id]``. This is the only
+  layout of arenads before match placements, and still what a chunk of kills alone is written as,
+  so a journal of kills reads the same in either version.
+* ``[first_seq, rows, kinds]``: ``kinds`` is a byte string with one record kind per row:
+  ``0`` a kill row as above, ``1`` a match placement ``[t, [[player, ...], ...], server, id]``
+  (groups best first). An arenad older than placements cannot read such a chunk: stop it
+  cleanly before a downgrade (the final checkpoint covers the journal).
+
+A whole record (its checksum verifies) of a layout or kind this arenad does not know was written
+by a newer one: recovery refuses to start rather than cut it off as a torn tail.
 Start-up loads the newest checkpoint that verifies (a corrupt one is skipped, logged, counted),
 then re-applies every journal record with a higher sequence number; a torn tail (a record cut
 short or failing its checksum at the end of the last segment) is cut at the last whole record.
@@ -21,14 +32,15 @@ import itertools
 import os
 import struct
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
 from arenad.errors import ArenadError
+from arenad.models.base import placement_pairs
 
 _RECORD_HEAD = struct.Struct("<II")  # length, crc32
 _CKPT_MAGIC = b"ARENADCK"
@@ -41,7 +53,43 @@ class StateError(ArenadError):
     """The state directory cannot be used (permissions, a corrupt journal in the middle)."""
 
 
+#: One journaled kill: (seq, t, attacker, victim, server, id). A plain tuple: it is the hot path.
 Record = tuple[int, float, str, str, str | None, str | None]
+
+#: Record kinds of a ``[first_seq, rows, kinds]`` chunk.
+KIND_KILL = 0
+KIND_PLACEMENT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRecord:
+    """One journaled match placement: groups of players, best first (ADR never rates these).
+
+    ``pairs`` (not journaled) are its (better, worse) pairs, the predictions every model is
+    scored on, worked out once for all of them.
+    """
+
+    seq: int
+    t: float
+    placements: tuple[tuple[str, ...], ...]
+    server: str | None
+    id: str | None
+    pairs: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pairs", tuple(placement_pairs(self.placements)))
+
+    def row(self) -> list[Any]:
+        return [self.t, [list(group) for group in self.placements], self.server, self.id]
+
+
+#: Whatever the journal holds: kills (tuples) and match placements.
+JournalRecord = Record | PlacementRecord
+
+
+def record_seq(rec: JournalRecord) -> int:
+    """The sequence number of a journal record of either kind."""
+    return rec.seq if isinstance(rec, PlacementRecord) else rec[0]
 
 
 @dataclass(slots=True)
@@ -72,23 +120,59 @@ def _numbered(directory: Path, pattern: str) -> list[tuple[int, Path]]:
     return out
 
 
-def encode_chunk(records: list[Record]) -> bytes:
-    """One journal record holding consecutive events: ``[first_seq, [[t, a, v, s, id], ...]]``.
+def encode_chunk(records: Sequence[JournalRecord]) -> bytes:
+    """One journal record holding consecutive events (the layouts are in the module docstring).
 
     Events are journaled in chunks (one per engine step) so one checksum and one msgpack call
     cover many events; the sequence numbers inside a chunk are implied and consecutive.
     """
-    body = msgpack.packb([records[0][0], [list(r[1:]) for r in records]], use_bin_type=True)
+    rows = [r.row() if isinstance(r, PlacementRecord) else r[1:] for r in records]
+    chunk: list[Any] = [record_seq(records[0]), rows]
+    if any(isinstance(r, PlacementRecord) for r in records):
+        chunk.append(bytes(KIND_PLACEMENT if isinstance(r, PlacementRecord) else KIND_KILL for r in records))
+    body = msgpack.packb(chunk, use_bin_type=True)
     return _RECORD_HEAD.pack(len(body), zlib.crc32(body)) + body
 
 
-def encode_record(rec: Record) -> bytes:
+def encode_record(rec: JournalRecord) -> bytes:
     return encode_chunk([rec])
 
 
-def read_records(data: bytes) -> tuple[list[Record], int]:
+def _decode_chunk(body: bytes) -> list[JournalRecord]:
+    """The records of one chunk. ``ValueError``/``TypeError`` if it does not decode; ``StateError``
+    if it is a whole chunk of a layout or kind that a newer arenad wrote."""
+    chunk = msgpack.unpackb(body, raw=False)
+    if not isinstance(chunk, list) or len(chunk) < 2:
+        raise ValueError("not a journal chunk")
+    if len(chunk) > 3:
+        raise StateError(f"a journal chunk of {len(chunk)} fields: written by a newer arenad")
+    first = int(chunk[0])
+    rows = chunk[1]
+    if len(chunk) == 2:
+        return [
+            (first + k, float(t), str(attacker), str(victim), server, event_id)
+            for k, (t, attacker, victim, server, event_id) in enumerate(rows)
+        ]
+    kinds = chunk[2]
+    if not isinstance(kinds, bytes) or len(kinds) != len(rows):
+        raise ValueError("record kinds do not match the rows")
+    out: list[JournalRecord] = []
+    for k, (kind, row) in enumerate(zip(kinds, rows, strict=True)):
+        if kind == KIND_KILL:
+            t, attacker, victim, server, event_id = row
+            out.append((first + k, float(t), str(attacker), str(victim), server, event_id))
+        elif kind == KIND_PLACEMENT:
+            t, groups, server, event_id = row
+            placements = tuple(tuple(str(player) for player in group) for group in groups)
+            out.append(PlacementRecord(first + k, float(t), placements, server, event_id))
+        else:
+            raise StateError(f"journal record kind {kind} at event {first + k}: written by a newer arenad")
+    return out
+
+
+def read_records(data: bytes) -> tuple[list[JournalRecord], int]:
     """Whole records of one journal segment, and the byte offset where they end."""
-    out: list[Record] = []
+    out: list[JournalRecord] = []
     pos = 0
     end = len(data)
     while pos + _RECORD_HEAD.size <= end:
@@ -100,11 +184,7 @@ def read_records(data: bytes) -> tuple[list[Record], int]:
         if zlib.crc32(body) != crc:
             break
         try:
-            first, rows = msgpack.unpackb(body, raw=False)
-            chunk = [
-                (int(first) + k, float(t), str(attacker), str(victim), server, event_id)
-                for k, (t, attacker, victim, server, event_id) in enumerate(rows)
-            ]
+            chunk = _decode_chunk(body)
         except (ValueError, TypeError, msgpack.UnpackException):
             break
         out.extend(chunk)
@@ -136,7 +216,7 @@ class Journal:
         self._path = path
         _fsync_dir(self.dir)
 
-    def append(self, records: list[Record]) -> int:
+    def append(self, records: Sequence[JournalRecord]) -> int:
         """Write records (no fsync); returns the bytes written."""
         if self._file is None:
             raise StateError("journal is not open")
@@ -158,7 +238,7 @@ class Journal:
             self._file.close()
             self._file = None
 
-    def replay_after(self, seq: int) -> tuple[Iterator[Record], list[int]]:
+    def replay_after(self, seq: int) -> tuple[Iterator[JournalRecord], list[int]]:
         """Records with a sequence number above ``seq``; the list collects torn-tail sizes.
 
         A torn tail is cut (the file truncated at the last whole record) only in the newest
@@ -167,7 +247,7 @@ class Journal:
         segments = self.segments()
         truncations: list[int] = []
 
-        def gen() -> Iterator[Record]:
+        def gen() -> Iterator[JournalRecord]:
             for k, (_first, path) in enumerate(segments):
                 data = path.read_bytes()
                 records, good = read_records(data)
@@ -182,7 +262,7 @@ class Journal:
                         os.fsync(f.fileno())
                     truncations.append(len(data) - good)
                 for rec in records:
-                    if rec[0] > seq:
+                    if record_seq(rec) > seq:
                         yield rec
 
         return gen(), truncations

@@ -48,6 +48,36 @@ class Batch:
         return self.items
 
 
+@dataclass(frozen=True, slots=True)
+class ModelFigures:
+    """One rating model's prediction scores over its rolling window (``arenad.daemon.shadows``)."""
+
+    model: str
+    role: str  # "primary" (the ADR ladder) or "shadow"
+    predictions: int  # scored predictions since the state began (checkpointed)
+    window: int  # of which in the window now (at most [models] window)
+    log_loss: float  # nan while the window is empty
+    brier: float
+    auc: float
+    scored: int = 0  # the prediction count the scores are of (recomputed at most once a second)
+    matches: int = 0  # match placements the model rated (update_match)
+    failed: str | None = None  # why the model was stopped, if it raised
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``stats`` query's figures of this model."""
+        return {
+            "role": self.role,
+            "predictions": self.predictions,
+            "window": self.window,
+            "log_loss": self.log_loss,
+            "brier": self.brier,
+            "auc": self.auc,
+            "scored": self.scored,
+            "matches": self.matches,
+            "failed": self.failed,
+        }
+
+
 @dataclass(slots=True)
 class MetricsSnapshot:
     """Everything the Prometheus collector exports, read at scrape time (no per-event work)."""
@@ -70,3 +100,5 @@ class MetricsSnapshot:
     unrated_deaths: Counter[str] = field(default_factory=Counter)  # world_kill, suicide, ... (logs)
     mqtt_connected: bool = False
     ready: bool = False  # state loaded: /healthz answers 200
+    placements: int = 0  # match-placement events journaled (never rated by ADR)
+    models: list[ModelFigures] = field(default_factory=list)  # the primary first, then the shadows

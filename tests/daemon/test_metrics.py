@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,13 +19,27 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from arenad.core.params import TIER_NAMES
 from arenad.daemon.metrics import Metrics, serve_metrics
-from arenad.daemon.types import MetricsSnapshot
+from arenad.daemon.types import MetricsSnapshot, ModelFigures
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "config" / "grafana" / "arenad.json"
 PROMETHEUS_YML = ROOT / "config" / "prometheus.yml"
 WAIT = 5.0  # seconds any single await in these tests may take before the test fails
-HISTOGRAMS = ("arenad_update_seconds", "arenad_query_seconds", "arenad_checkpoint_seconds")
+HISTOGRAMS = (
+    "arenad_update_seconds",
+    "arenad_query_seconds",
+    "arenad_checkpoint_seconds",
+    "arenad_model_update_seconds",
+)
+MODEL_SERIES = (
+    "arenad_model_log_loss",
+    "arenad_model_brier",
+    "arenad_model_auc",
+    "arenad_model_predictions_total",
+    "arenad_model_window_predictions",
+    "arenad_model_matches_total",
+    "arenad_model_failed",
+)
 
 
 def full_snapshot() -> MetricsSnapshot:
@@ -47,6 +62,12 @@ def full_snapshot() -> MetricsSnapshot:
         checkpoint_fallbacks=11,
         mqtt_connected=True,
         ready=True,
+        placements=13,
+        models=[
+            ModelFigures("adr", "primary", 900, 500, 0.61, 0.21, 0.74),
+            ModelFigures("glicko2-mp", "shadow", 900, 500, 0.58, 0.2, 0.77, matches=14, failed=None),
+            ModelFigures("broken", "shadow", 10, 10, math.nan, 0.25, 0.5, failed="RuntimeError: bug"),
+        ],
     )
 
 
@@ -147,11 +168,21 @@ class TestExportedValues:
             one("arenad_checkpoint_fallbacks_total"): 11,
             one("arenad_mqtt_connected"): 1,
             one("arenad_ready"): 1,
+            one("arenad_placements_total"): 13,
         }
+        for name, values in {
+            "adr": (0.61, 0.21, 0.74, 900, 500, 0, 0),
+            "glicko2-mp": (0.58, 0.2, 0.77, 900, 500, 14, 0),
+            "broken": (math.nan, 0.25, 0.5, 10, 10, 0, 1),
+        }.items():
+            for metric, value in zip(MODEL_SERIES, values, strict=True):
+                expected[one(metric, model=name)] = value
         tiers = {"1H": 3, "5L": 2, "unplaced": 60}
         for tier in (*TIER_NAMES, "unplaced"):
             expected[one("arenad_players_by_tier", tier=tier)] = tiers.get(tier, 0)
         state = {k: v for k, v in got.items() if not k[0].startswith(HISTOGRAMS)}
+        nan = one("arenad_model_log_loss", model="broken")
+        assert math.isnan(state.pop(nan)) and math.isnan(expected.pop(nan))  # empty window: nan
         assert state == expected
 
     def test_all_sixteen_tiers_are_exported_even_when_empty(self) -> None:
@@ -178,8 +209,13 @@ class TestExportedValues:
         assert samples(metrics.exposition().decode())[one("arenad_events_applied_total")] == 10
         assert samples(metrics.exposition().decode())[one("arenad_events_applied_total")] == 20
 
+    def test_model_series_are_absent_without_models(self) -> None:
+        got = samples(scrape(Metrics(MetricsSnapshot)))
+        assert not [name for name, _ in got if name.startswith("arenad_model_")]
+
     def test_histograms_export_observations(self) -> None:
         metrics = Metrics(MetricsSnapshot)
+        metrics.model_update_seconds.labels(model="elo").observe(2e-6)
         metrics.update_seconds.observe(3e-6)
         metrics.query_seconds.labels(op="rank").observe(2e-4)
         metrics.checkpoint_seconds.observe(0.7)
@@ -189,6 +225,7 @@ class TestExportedValues:
         assert got[one("arenad_update_seconds_bucket", le="2.5e-06")] == 0
         assert got[one("arenad_query_seconds_count", op="rank")] == 1
         assert got[one("arenad_checkpoint_seconds_sum")] == pytest.approx(0.7)
+        assert got[one("arenad_model_update_seconds_bucket", model="elo", le="2.5e-06")] == 1
 
     def test_histogram_buckets_span_the_documented_ranges(self) -> None:
         metrics = Metrics(MetricsSnapshot)
@@ -402,6 +439,7 @@ def unexported(queries: list[str], exposition: str) -> set[str]:
 def live_exposition() -> str:
     metrics = Metrics(full_snapshot)
     metrics.query_seconds.labels(op="rank").observe(1e-4)  # a labelled histogram has no series before
+    metrics.model_update_seconds.labels(model="adr").observe(1e-5)
     return scrape(metrics)
 
 
@@ -436,6 +474,9 @@ class TestDashboard:
             "arenad_players_by_tier",
             "arenad_checkpoint_last_success_timestamp_seconds",
             "arenad_mqtt_connected",
+            "arenad_model_log_loss",
+            "arenad_model_brier",
+            "arenad_model_auc",
         ):
             assert re.search(rf"\b{name}\b", queries), name
 

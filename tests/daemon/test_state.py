@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
+import msgpack
 import pytest
 
-from arenad.core.events import KillEvent, Reject, RejectReason
+from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.daemon.config import DaemonSettings
 from arenad.daemon.intake import Intake
-from arenad.daemon.state import Checkpoints, Journal, Record, StateError, encode_record, read_records
+from arenad.daemon.state import (
+    KIND_KILL,
+    KIND_PLACEMENT,
+    Checkpoints,
+    Journal,
+    JournalRecord,
+    PlacementRecord,
+    Record,
+    StateError,
+    encode_chunk,
+    encode_record,
+    read_records,
+    record_seq,
+)
 
 
 def records(first: int, n: int) -> list[Record]:
@@ -36,7 +52,7 @@ class TestJournal:
         j.sync()
         j.close()
         got, truncations = Journal(tmp_path).replay_after(3)
-        assert [r[0] for r in got] == [4, 5, 6, 7, 8, 9, 10]
+        assert [record_seq(r) for r in got] == [4, 5, 6, 7, 8, 9, 10]
         assert truncations == []
 
     @pytest.mark.parametrize("cut", [1, 5, 9, 13])
@@ -50,7 +66,7 @@ class TestJournal:
         with path.open("ab") as f:
             f.write(encode_record(records(4, 1)[0])[:cut])
         gen, truncations = Journal(tmp_path).replay_after(0)
-        assert [r[0] for r in gen] == [1, 2, 3]
+        assert [record_seq(r) for r in gen] == [1, 2, 3]
         assert truncations == [cut]
         assert path.stat().st_size == whole
 
@@ -65,7 +81,7 @@ class TestJournal:
         data[-2] ^= 0xFF
         path.write_bytes(bytes(data))
         gen, truncations = Journal(tmp_path).replay_after(0)
-        assert [r[0] for r in gen] == [1, 2]
+        assert [record_seq(r) for r in gen] == [1, 2]
         assert truncations and truncations[0] > 0
 
     def test_damage_in_an_older_segment_is_an_error(self, tmp_path: Path) -> None:
@@ -95,6 +111,85 @@ class TestJournal:
         got, end = read_records(data)
         assert len(got) == 1
         assert end == len(encode_record(records(1, 1)[0]))
+
+
+def placement(seq: int, t: float = 2000.0) -> PlacementRecord:
+    return PlacementRecord(seq, t, (("alice",), ("bob", "carol"), ("dave",)), "eu-1", f"m{seq}")
+
+
+def chunk_record(body: object) -> bytes:
+    """A whole journal record (length, checksum) around any msgpack body."""
+    data = msgpack.packb(body, use_bin_type=True)
+    return struct.pack("<II", len(data), zlib.crc32(data)) + data
+
+
+class TestJournalRecordKinds:
+    """Match placements are journaled beside kills; kill-only chunks keep the first layout."""
+
+    def test_kills_alone_are_written_in_the_original_layout(self) -> None:
+        recs = records(1, 3)
+        # What every arenad before match placements wrote: [first_seq, [[t, a, v, s, id], ...]].
+        assert encode_chunk(recs) == chunk_record([1, [list(r[1:]) for r in recs]])
+
+    def test_an_original_layout_journal_reads_as_kills(self, tmp_path: Path) -> None:
+        recs = records(1, 4)
+        (tmp_path / Journal.segment_name(1)).write_bytes(chunk_record([1, [list(r[1:]) for r in recs]]))
+        got, truncations = Journal(tmp_path).replay_after(0)
+        assert list(got) == recs
+        assert truncations == []
+
+    def test_placements_and_kills_round_trip_in_order(self, tmp_path: Path) -> None:
+        mixed: list[JournalRecord] = [records(1, 1)[0], placement(2), records(3, 1)[0]]
+        j = Journal(tmp_path)
+        j.open_segment(1)
+        j.append(mixed)
+        j.append([placement(4)])
+        j.close()
+        got, truncations = Journal(tmp_path).replay_after(0)
+        assert list(got) == [*mixed, placement(4)]
+        assert truncations == []
+
+    def test_a_placement_record_carries_its_pairs(self) -> None:
+        rec = placement(1)
+        assert rec.pairs == (
+            ("alice", "bob"),
+            ("alice", "carol"),
+            ("alice", "dave"),
+            ("bob", "dave"),
+            ("carol", "dave"),
+        )
+        (back,), _ = read_records(encode_record(rec))
+        assert isinstance(back, PlacementRecord) and back.pairs == rec.pairs
+
+    def test_a_chunk_with_placements_says_each_records_kind(self) -> None:
+        body = msgpack.unpackb(encode_chunk([records(1, 1)[0], placement(2)])[8:], raw=False)
+        assert body[0] == 1 and body[2] == bytes([KIND_KILL, KIND_PLACEMENT])
+        assert body[1][1] == [2000.0, [["alice"], ["bob", "carol"], ["dave"]], "eu-1", "m2"]
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            [1, [[1.0, "a", "v", None, None]], bytes([7])],  # a record kind this arenad does not know
+            [1, [[1.0, "a", "v", None, None]], b"\x00", "more"],  # a chunk layout it does not know
+        ],
+    )
+    def test_a_whole_record_from_a_newer_arenad_stops_recovery(self, tmp_path: Path, body: object) -> None:
+        # A checksummed, whole record is not a torn tail: cutting it would lose acknowledged events.
+        path = tmp_path / Journal.segment_name(1)
+        path.write_bytes(encode_record(records(1, 1)[0]) + chunk_record(body))
+        size = path.stat().st_size
+        gen, _ = Journal(tmp_path).replay_after(0)
+        with pytest.raises(StateError, match="newer arenad"):
+            list(gen)
+        assert path.stat().st_size == size
+
+    def test_kinds_that_do_not_match_the_rows_are_a_torn_tail(self, tmp_path: Path) -> None:
+        path = tmp_path / Journal.segment_name(1)
+        whole = encode_record(records(1, 1)[0])
+        path.write_bytes(whole + chunk_record([2, [[1.0, "a", "v", None, None]], b"\x00\x00"]))
+        gen, truncations = Journal(tmp_path).replay_after(0)
+        assert [record_seq(r) for r in gen] == [1]
+        assert truncations and path.stat().st_size == len(whole)
 
 
 class TestCheckpoints:
@@ -151,6 +246,22 @@ class TestIntake:
     def test_default_server_is_filled_in(self) -> None:
         out = Intake(DaemonSettings()).check(self.ev(1.0), "eu-1", 1.0)
         assert isinstance(out, KillEvent) and out.server == "eu-1"
+
+    def test_placements_follow_the_same_rules_and_share_the_ids(self) -> None:
+        intake = Intake(DaemonSettings(max_clock_skew=10, max_event_age=100))
+        now = 10_000.0
+        groups = (("a",), ("b",))
+        future = intake.check(PlacementEvent(now + 11, groups), None, now)
+        old = intake.check(PlacementEvent(now - 101, groups), None, now)
+        assert isinstance(future, Reject) and future.reason is RejectReason.FUTURE_TIME
+        assert isinstance(old, Reject) and old.reason is RejectReason.TOO_OLD
+        ok = intake.check(PlacementEvent(now, groups, None, "m1"), "eu-1", now)
+        assert ok == PlacementEvent(now, groups, "eu-1", "m1")
+        again = intake.check(PlacementEvent(now + 1, groups, "eu-1", "m1"), None, now)
+        assert isinstance(again, Reject) and again.reason is RejectReason.DUPLICATE_ID
+        # An id names one event of a server, whatever its kind.
+        kill = intake.check(self.ev(now, "m1", "eu-1"), None, now)
+        assert isinstance(kill, Reject) and kill.reason is RejectReason.DUPLICATE_ID
 
     def test_window_and_cap_forget_old_ids(self) -> None:
         intake = Intake(DaemonSettings(dedupe_window=100, dedupe_max_ids=3))

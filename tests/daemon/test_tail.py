@@ -137,6 +137,11 @@ def _append_in_chunks(src: list[bytes], dst: Path, chunks: int) -> None:
         time.sleep(0.01)
 
 
+def decided(stats: dict[str, Any]) -> int:
+    """Events the rating core has decided on: applied, filtered or rejected by it."""
+    return int(stats["applied"] + stats["filtered"] + sum(stats["rejected"].values()))
+
+
 class TestDaemonFollowsOpenArena:
     """A real daemon follows a games.log that a writer appends to, through a rotation and a restart."""
 
@@ -170,18 +175,23 @@ class TestDaemonFollowsOpenArena:
                 ]
             )
             assert writer.wait(60) == 0
-            stats = d.wait_for(lambda s: s["received"].get(source, 0) >= 1291, timeout=60)
+            # Received is counted before the events are journaled and rated: wait for both.
+            stats = d.wait_for(
+                lambda s: s["received"].get(source, 0) >= 1291 and decided(s) >= 1291, timeout=60
+            )
             assert stats["received"][source] == 1291  # player kills only: the rest is counted apart
             assert d.metric("arenad_unrated_deaths_total", 'kind="suicide"') == 70
             assert d.metric("arenad_unrated_deaths_total", 'kind="world_kill"') == 1
             assert d.stats()["unrated_deaths"] == {"suicide": 70, "world_kill": 1}
-            rated_before = stats["applied"] + stats["filtered"]
+            rated_before = decided(stats)
             # Rotate: the old file keeps its name with .1, a new games.log starts.
             log.rename(tmp_path / "games.log.1")
             _append_in_chunks(second, log, 5)
-            stats = d.wait_for(lambda s: s["received"].get(source, 0) >= 1291 + 696, timeout=60)
-            decided = stats["applied"] + stats["filtered"] + sum(stats["rejected"].values())
-            assert decided - rated_before == 696
+            stats = d.wait_for(
+                lambda s: s["received"].get(source, 0) >= 1291 + 696 and decided(s) >= rated_before + 696,
+                timeout=60,
+            )
+            assert decided(stats) - rated_before == 696
             ladder = d.ladder()
             assert d.stop() == 0
             # Restart: resumes at the checkpointed offset, re-applies nothing.
