@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 
 from arenad.core.ladder import Ladder
-from arenad.core.params import TIER_COUNT, TIER_NAMES, ADRParams
+from arenad.core.params import PLAYER_ID_LIMIT, TIER_COUNT, TIER_NAMES, ADRParams
 
 # The ladder keys a player by its negated internal rating (exact, ties in first-seen order); the
-# §2.1 cooldown keys an ordered pair by attacker_id << 32 | victim_id.
-_ID_BITS = 32
-MAX_PLAYERS = 1 << _ID_BITS
+# §2.1 cooldown keys an ordered pair by attacker_id << 32 | victim_id, so ids stay below 2**32
+# (ADRParams.max_players is validated against PLAYER_ID_LIMIT).
+_ID_BITS = PLAYER_ID_LIMIT.bit_length() - 1
 
 _INF = math.inf
 _INV_PI = 1.0 / math.pi
@@ -57,7 +57,7 @@ class Outcome(IntEnum):
     SELF_KILL = 2  # attacker == victim: not a pairwise kill (§11 item 2)
     NON_FINITE_TIME = 3
     OUT_OF_ORDER = 4  # older than the engine clock by more than late_tolerance
-    TOO_MANY_PLAYERS = 5
+    PLAYER_CAP = 5  # would add a player beyond max_players: refused, no state changed
 
 
 _APPLIED = Outcome.APPLIED
@@ -68,7 +68,7 @@ REJECT_REASONS: dict[Outcome, str] = {
     Outcome.SELF_KILL: "self_kill",
     Outcome.NON_FINITE_TIME: "non_finite_time",
     Outcome.OUT_OF_ORDER: "out_of_order",
-    Outcome.TOO_MANY_PLAYERS: "too_many_players",
+    Outcome.PLAYER_CAP: "player_cap",
 }
 
 
@@ -136,6 +136,7 @@ class Engine:
     def __init__(self, params: ADRParams | None = None) -> None:
         p = params if params is not None else ADRParams()
         self.params = p
+        self._max_players = p.max_players
         self.names: list[str] = []
         self.ids: dict[str, int] = {}
         # Per-player columns (struct of arrays).
@@ -232,6 +233,8 @@ class Engine:
         """
         if name in self.ids:
             raise ValueError(f"player {name!r} already exists")
+        if len(self.names) >= self._max_players:
+            raise ValueError(f"cannot seed {name!r}: max_players={self._max_players} players are tracked")
         p = self.params
         if not (p.mu_min <= mu <= p.mu_max and p.sigma_min <= sigma <= p.sigma_max and n >= 0):
             raise ValueError(f"state out of bounds for {name!r}: mu={mu!r} sigma={sigma!r} n={n!r}")
@@ -261,6 +264,16 @@ class Engine:
         if not isfinite(t):
             return self._reject(Outcome.NON_FINITE_TIME)
         clock = self.clock
+        ids = self.ids
+        a = ids.get(attacker)
+        b = ids.get(victim)
+        # The player cap (docs/adr.md): an event that would track a player beyond max_players is
+        # refused before anything changes, the clock included, so a capped engine equals an
+        # uncapped one fed the same stream without the refused events.
+        if (a is None or b is None) and len(self.names) + (a is None) + (b is None) > self._max_players:
+            if t < clock - self.params.late_tolerance:
+                return self._reject(Outcome.OUT_OF_ORDER)
+            return self._reject(Outcome.PLAYER_CAP)
         if t < clock:
             if t < clock - self.params.late_tolerance:
                 return self._reject(Outcome.OUT_OF_ORDER)
@@ -270,20 +283,15 @@ class Engine:
             self.late_applied += 1
         # Every valid event moves the clock, a filtered one too: its time is real.
         self.clock = t
-        ids = self.ids
-        a = ids.get(attacker)
-        b = ids.get(victim)
         cooldown = self._cooldown
-        # §2.1 cooldown, before anything changes.
         if a is not None and b is not None:
+            # §2.1 cooldown, before anything changes (a pair with a newcomer has no history).
             last_kill = cooldown.get((a << _ID_BITS) | b)
             if last_kill is not None and t - last_kill < self.params.t_cooldown:
                 self.filtered += 1
                 return _FILTERED
-        # Step 1: newcomers join the tracked set now.
-        if a is None or b is None:
-            if len(self.names) + (a is None) + (b is None) > MAX_PLAYERS:
-                return self._reject(Outcome.TOO_MANY_PLAYERS)
+        else:
+            # Step 1: newcomers join the tracked set now.
             if a is None:
                 a = self._add_player(attacker)
             if b is None:
@@ -602,15 +610,20 @@ class Engine:
 
         Recalibration runs *before* the first valid event at or after each scheduled time, so
         any two consumers of the same event stream (replay, the daemon) recalibrate at the same
-        points. A rejected event never triggers one. The daemon asks this first so that it can
-        run ``recalibrate`` in a worker thread and keep serving queries meanwhile.
+        points. A rejected event never triggers one (one refused by the player cap included).
+        The daemon asks this first so that it can run ``recalibrate`` in a worker thread and keep
+        serving queries meanwhile.
         """
-        return (
+        if not (
             t >= self.next_recalibration
             and attacker != victim
             and isfinite(t)
             and t >= self.clock - self.params.late_tolerance
-        )
+        ):
+            return False
+        ids = self.ids
+        newcomers = (attacker not in ids) + (victim not in ids)
+        return len(self.names) + newcomers <= self._max_players
 
     def feed(self, attacker: str, victim: str, t: float) -> Outcome:
         """``apply`` preceded by any recalibration that is due at ``t``: the replay contract."""

@@ -22,6 +22,10 @@ TIER_NAMES: tuple[str, ...] = (
 
 LoserRule = Literal["corrected", "printed"]
 PoolRelease = Literal["transfer", "literal"]
+PlayerCapPolicy = Literal["refuse_new"]
+
+#: Largest ``max_players``: the engine packs two player ids into one 64-bit cooldown key.
+PLAYER_ID_LIMIT = 1 << 32
 
 
 def _uniform() -> tuple[float, ...]:
@@ -97,6 +101,11 @@ class ADRParams:
     recalibrate_interval: float = 300.0
     #: An event older than the engine clock by at most this is applied at the clock; older: rejected.
     late_tolerance: float = 5.0
+    #: Most players the engine tracks; an event that would add one beyond it is refused
+    #: (docs/adr.md "A cap on tracked players"). A cap always exists: ids are invented for free.
+    max_players: int = 2_000_000
+    #: What happens at the cap: "refuse_new" rejects the event (reason ``player_cap``).
+    player_cap_policy: PlayerCapPolicy = "refuse_new"
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -199,6 +208,16 @@ class ADRParams:
         need(v.initial_spread > 0, "initial_spread", "must be > 0")
         need(v.recalibrate_interval > 0, "recalibrate_interval", "must be > 0 (seconds)")
         need(v.late_tolerance >= 0, "late_tolerance", "must be >= 0 (seconds)")
+        need(
+            2 <= v.max_players <= PLAYER_ID_LIMIT,
+            "max_players",
+            f"must lie in [2, {PLAYER_ID_LIMIT}] (there is no unlimited setting)",
+        )
+        need(
+            v.player_cap_policy == "refuse_new",
+            "player_cap_policy",
+            'must be "refuse_new" (the only policy offered, docs/adr.md)',
+        )
         p = v.tier_proportions
         if not isinstance(p, tuple) or len(p) != TIER_COUNT:
             bad("tier_proportions", f"must be a list of {TIER_COUNT} numbers (1H first)")

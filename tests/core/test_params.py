@@ -54,11 +54,14 @@ FLOAT_KEYS: tuple[str, ...] = (
     "recalibrate_interval", "late_tolerance",
 )  # fmt: skip
 OPTIONAL_FLOAT_KEYS: tuple[str, ...] = ("nu_min", "nu_max")
-INT_KEYS: tuple[str, ...] = ("s_max", "n_min", "n_active", "p_min", "window_len", "return_events")
+INT_KEYS: tuple[str, ...] = (
+    "s_max", "n_min", "n_active", "p_min", "window_len", "return_events", "max_players",
+)  # fmt: skip
 BOOL_KEYS: tuple[str, ...] = ("anchor", "pool_losses")
 CHOICE_KEYS: dict[str, tuple[str, ...]] = {
     "loser_rule": ("corrected", "printed"),
     "pool_release": ("transfer", "literal"),
+    "player_cap_policy": ("refuse_new",),
 }
 LIST_KEYS: tuple[str, ...] = ("tier_proportions",)
 
@@ -157,7 +160,8 @@ NOT_IN_PAPER_TABLE: frozenset[str] = frozenset(
         "nu_min", "nu_max", "tier_proportions", "day_seconds",
         # arenad choices (docs/adr.md)
         "loser_rule", "anchor", "pool_release", "return_events", "pool_losses",
-        "initial_spread", "recalibrate_interval", "late_tolerance",
+        "initial_spread", "recalibrate_interval", "late_tolerance", "max_players",
+        "player_cap_policy",
     }
 )  # fmt: skip
 
@@ -227,6 +231,8 @@ class TestPaperDefaults:
         assert p.initial_spread == 200.0
         assert p.recalibrate_interval == 300.0
         assert p.late_tolerance == 5.0
+        assert p.max_players == 2_000_000
+        assert p.player_cap_policy == "refuse_new"
 
     def test_defaults_have_no_problems(self) -> None:
         assert ADRParams().problems() == []
@@ -345,13 +351,14 @@ NOT_A_CHOICE: tuple[Any, ...] = (
 
 @pytest.mark.parametrize("via", VIAS)
 class TestChoiceFieldValues:
-    """loser_rule and pool_release accept only their documented spellings."""
+    """The choice keys (loser_rule, pool_release, player_cap_policy) accept only their spellings."""
 
     @pytest.mark.parametrize("bad", NOT_A_CHOICE, ids=_ids(NOT_A_CHOICE))
     @pytest.mark.parametrize("key", tuple(CHOICE_KEYS))
     def test_bad_choice(self, via: Via, key: str, bad: object) -> None:
         choices = CHOICE_KEYS[key]
-        assert_only_problem(via, {key: bad}, key, f'must be "{choices[0]}" or "{choices[1]}"')
+        expected = " or ".join(f'"{c}"' for c in choices)
+        assert_only_problem(via, {key: bad}, key, f"must be {expected}")
 
     @pytest.mark.parametrize(("key", "value"), [(k, v) for k, vs in CHOICE_KEYS.items() for v in vs], ids=str)
     def test_good_choice(self, via: Via, key: str, value: str) -> None:
@@ -470,9 +477,15 @@ _ok("window_len", "max", window_len=10_000)
 _bad("return_events", "must be >= 0 (0 means n_min)", "negative", return_events=-1)
 _ok("return_events", "zero", return_events=0)
 _ok("return_events", "one", return_events=1)
+_bad("max_players", "must lie in [2, 4294967296]", "one", max_players=1)
+_bad("max_players", "there is no unlimited setting", "zero", max_players=0)
+_bad("max_players", "must lie in [2, 4294967296]", "above-id-space", max_players=(1 << 32) + 1)
+_ok("max_players", "two", max_players=2)
+_ok("max_players", "id-space", max_players=1 << 32)
 # choices and bools (their "range" is the set of allowed values)
 _bad("loser_rule", 'must be "corrected" or "printed"', "other", loser_rule="both")
 _bad("pool_release", 'must be "transfer" or "literal"', "other", pool_release="drain")
+_bad("player_cap_policy", 'must be "refuse_new"', "evict-idle", player_cap_policy="evict_idle")
 for _k, _vs in CHOICE_KEYS.items():
     for _v in _vs:
         _ok(_k, _v, **{_k: _v})
@@ -906,6 +919,8 @@ SINGLE_KEY_VALID: dict[str, st.SearchStrategy[Any]] = {
     "initial_spread": POSITIVE,
     "recalibrate_interval": POSITIVE,
     "late_tolerance": NON_NEGATIVE,
+    "max_players": st.integers(2, 1 << 32),
+    "player_cap_policy": st.sampled_from(CHOICE_KEYS["player_cap_policy"]),
 }
 
 # Exact bounds rather than ``.filter(lambda v: v < 0)``: Hypothesis 6.170 rewrites that filter on
@@ -925,6 +940,7 @@ SINGLE_KEY_INVALID: dict[str, st.SearchStrategy[Any]] = {
     "n_active": st.integers(max_value=0),
     "p_min": st.integers(max_value=0),
     "return_events": st.integers(max_value=-1),
+    "max_players": st.one_of(st.integers(max_value=1), st.integers(min_value=(1 << 32) + 1)),
     "window_len": st.one_of(st.integers(max_value=0), st.integers(min_value=10_001)),
     "alpha": st.one_of(NEGATIVE, num(above(1.0))),
     "nu_min": num(0.0, exclude_lo=True),
