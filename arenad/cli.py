@@ -7,16 +7,19 @@ import itertools
 import json
 import math
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from arenad import __version__
+from arenad.auth import Signer, parse_key
 from arenad.core.events import KillEvent, PlacementEvent
 from arenad.core.params import ADRParams
 from arenad.daemon.emit import emit_mqtt, emit_udp, simulated_kills
 from arenad.daemon.query_client import add_query_parser, run_query
+from arenad.daemon.secrets import read_secret
 from arenad.daemon.sources.tail import TailSpec
 from arenad.decode import iter_file
 from arenad.errors import ArenadError, ConfigError, ConfigProblem, InputError
@@ -117,6 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     em.add_argument("--rate", type=float, default=0.0, help="events per second (0: as fast as possible)")
     em.add_argument("--seed", type=int, default=1)
     em.add_argument("--server", default="sim-1")
+    em.add_argument("--key-id", metavar="ID", help="sign UDP datagrams under this [[udp.keys]] id")
+    em.add_argument("--key-file", metavar="FILE", type=Path, help="file whose first line is that key (hex)")
 
     add_query_parser(sub)
 
@@ -528,10 +533,25 @@ def _emit(args: argparse.Namespace) -> int:
         sent = emit_mqtt(args.mqtt, args.topic, events, batch=args.batch, rate=args.rate)
         where = f"{args.mqtt} {args.topic}"
     else:
-        sent = emit_udp(args.udp, events, batch=args.batch, rate=args.rate)
-        where = f"udp {args.udp}"
+        sent = emit_udp(args.udp, events, batch=args.batch, rate=args.rate, signer=_emit_signer(args))
+        where = f"udp {args.udp}" + (f" signed as {args.key_id}" if args.key_id else "")
     print(json.dumps({"sent": sent, "to": where}))
     return 0
+
+
+def _emit_signer(args: argparse.Namespace) -> Signer | None:
+    """``--key-id`` with ``--key-file``: a signer whose sequence numbers start at the clock (µs)."""
+    if bool(args.key_id) != bool(args.key_file):
+        raise ConfigError(
+            [ConfigProblem("--key-id/--key-file", args.key_id or args.key_file, "give both or neither")]
+        )
+    if not args.key_id:
+        return None
+    secret = read_secret("", str(args.key_file), "", "--key-file")
+    try:
+        return Signer(args.key_id, parse_key(secret or ""), time.time_ns() // 1000)
+    except ValueError as e:
+        raise ConfigError([ConfigProblem("--key-file", str(args.key_file), f"the key {e}")]) from e
 
 
 def _generate(args: argparse.Namespace) -> int:

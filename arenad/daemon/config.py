@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
+from arenad.auth import KEY_ID_PATTERN
 from arenad.errors import ConfigProblem
 from arenad.models import discover_models, is_offline
 
@@ -72,18 +73,60 @@ class DaemonSettings:
         return out
 
 
+#: ``[udp] auth`` modes: every datagram signed; signed or not (signed ones are verified); never.
+UDP_AUTH_MODES = ("required", "optional", "off")
+_UDP_KEY_FIELDS = ("id", "secret_env", "secret_file")
+
+
+@dataclass(frozen=True, slots=True)
+class UdpKey:
+    """``[[udp.keys]]``: one game server's signing key, read from ``secret_env`` or ``secret_file``
+    (hex digits, at least 16 bytes); the secret itself never lives in the config."""
+
+    id: str
+    secret_env: str = ""
+    secret_file: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class UdpSettings:
-    """``[udp]``: msgpack datagrams (one event or an array of events each)."""
+    """``[udp]``: msgpack datagrams (one event or an array of events each), optionally signed
+    (``arenad.auth``; ``auth``, ``keys``, ``max_skew``, ``allow_unsigned``)."""
 
     listen: str = "127.0.0.1:27500"  # "off" disables the source
     max_datagram: int = 65507
     allow: tuple[str, ...] = ("127.0.0.0/8", "::1/128")  # source networks accepted
     receive_buffer: int = 4 * 1024 * 1024  # SO_RCVBUF bytes, to ride out bursts
+    auth: str = "off"  # "required" | "optional" | "off" (UDP_AUTH_MODES)
+    #: Unsigned datagrams ("optional" or "off") on a listen address other than loopback.
+    allow_unsigned: bool = False
+    keys: tuple[UdpKey, ...] = ()  # [[udp.keys]] id, secret_env | secret_file
+    max_skew: float = 30.0  # seconds a signed datagram's timestamp may differ from our clock
+
+    def __post_init__(self) -> None:
+        # TOML gives [[udp.keys]] as tables; well-formed ones become UdpKey (problems() names
+        # the rest).
+        if isinstance(self.keys, tuple):
+            keys = tuple(_udp_key(k) for k in self.keys)
+            object.__setattr__(self, "keys", keys)
 
     @property
     def enabled(self) -> bool:
         return not _off(self.listen)
+
+    @property
+    def loopback(self) -> bool:
+        """Whether ``listen`` is a loopback address (only local processes can send)."""
+        try:
+            host, _ = parse_hostport(self.listen)
+        except ValueError:
+            return False
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
 
     def problems(self) -> list[ConfigProblem]:
         out: list[ConfigProblem] = []
@@ -92,7 +135,91 @@ class UdpSettings:
         _need_num(out, "udp", self, "max_datagram", lo=16, hi=65535, integer=True)
         _need_num(out, "udp", self, "receive_buffer", lo=0, integer=True)
         _need_networks(out, "udp.allow", self.allow)
+        _need_num(out, "udp", self, "max_skew", lo=0.001, hi=86400)
+        if not isinstance(self.allow_unsigned, bool):
+            out.append(ConfigProblem("udp.allow_unsigned", self.allow_unsigned, "must be true or false"))
+        out.extend(_udp_key_problems(self.keys))
+        if self.auth not in UDP_AUTH_MODES:
+            out.append(ConfigProblem("udp.auth", self.auth, 'must be "required", "optional" or "off"'))
+        elif self.auth == "required" and not self.keys:
+            out.append(ConfigProblem("udp.auth", self.auth, "needs at least one [[udp.keys]] entry"))
+        elif self.auth == "off" and self.keys:
+            out.append(
+                ConfigProblem(
+                    "udp.auth",
+                    self.auth,
+                    '[[udp.keys]] are listed but never used: set "required" or "optional"',
+                )
+            )
+        if (
+            self.auth in ("optional", "off")
+            and self.allow_unsigned is False
+            and isinstance(self.listen, str)
+            and self.enabled
+            and not self.loopback
+        ):
+            out.append(
+                ConfigProblem(
+                    "udp.auth",
+                    self.auth,
+                    f"accepts unsigned datagrams on {self.listen}, which is not loopback: anyone who can "
+                    'reach it can forge kills. Set auth = "required" with [[udp.keys]], '
+                    "or allow_unsigned = true to accept that",
+                )
+            )
         return out
+
+
+def _udp_key(entry: object) -> object:
+    if (
+        isinstance(entry, Mapping)
+        and set(entry) <= set(_UDP_KEY_FIELDS)
+        and "id" in entry
+        and all(isinstance(v, str) for v in entry.values())
+    ):
+        return UdpKey(**entry)
+    return entry
+
+
+def _udp_key_problems(keys: object) -> list[ConfigProblem]:
+    if not isinstance(keys, tuple):
+        return [ConfigProblem("udp.keys", keys, "must be an array of tables: [[udp.keys]]")]
+    out: list[ConfigProblem] = []
+    seen: set[str] = set()
+    for i, key in enumerate(keys):
+        where = f"udp.keys[{i}]"
+        if not isinstance(key, UdpKey):
+            if isinstance(key, Mapping):
+                for name, value in key.items():
+                    if name == "secret":
+                        out.append(
+                            ConfigProblem(
+                                f"{where}.secret",
+                                "***",
+                                "secrets never live in the config: use secret_env or secret_file",
+                            )
+                        )
+                    elif name not in _UDP_KEY_FIELDS:
+                        out.append(ConfigProblem(f"{where}.{name}", value, "unknown key"))
+                    elif not isinstance(value, str):
+                        out.append(ConfigProblem(f"{where}.{name}", value, "must be a string"))
+                if "id" not in key:
+                    out.append(ConfigProblem(f"{where}.id", None, "missing"))
+            else:
+                out.append(ConfigProblem(where, key, "must be a table with id and secret_env or secret_file"))
+            continue
+        if not KEY_ID_PATTERN.fullmatch(key.id):
+            out.append(ConfigProblem(f"{where}.id", key.id, "must be 1-64 characters of A-Z a-z 0-9 . _ : -"))
+        elif key.id in seen:
+            out.append(ConfigProblem(f"{where}.id", key.id, "listed twice"))
+        seen.add(key.id)
+        if bool(key.secret_env) == bool(key.secret_file):
+            out.append(
+                ConfigProblem(
+                    f"{where}.secret_file", key.secret_file, "name exactly one of secret_env or secret_file"
+                )
+            )
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import msgpack
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from arenad.auth import Signer
 from arenad.daemon.config import parse_hostport
 
 
@@ -51,8 +52,22 @@ def simulated_kills(
         }
 
 
-def emit_udp(target: str, events: Iterator[dict[str, Any]], batch: int = 50, rate: float = 0.0) -> int:
-    """Send events as msgpack arrays of ``batch`` events per datagram; returns the count sent."""
+def emit_udp(
+    target: str,
+    events: Iterator[dict[str, Any]],
+    batch: int = 50,
+    rate: float = 0.0,
+    signer: Signer | None = None,
+) -> int:
+    """Send events as msgpack arrays of ``batch`` events per datagram; returns the count sent.
+
+    With ``signer`` every datagram is signed (``arenad.auth``, ``[udp] auth``).
+    """
+
+    def pack(chunk: list[dict[str, Any]]) -> bytes:
+        payload: bytes = msgpack.packb(chunk)
+        return payload if signer is None else signer.sign(payload, time.time_ns() // 1_000_000)
+
     host, port = parse_hostport(target)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sent = 0
@@ -62,12 +77,12 @@ def emit_udp(target: str, events: Iterator[dict[str, Any]], batch: int = 50, rat
         for ev in events:
             chunk.append(ev)
             if len(chunk) >= batch:
-                sock.sendto(msgpack.packb(chunk), (host, port))
+                sock.sendto(pack(chunk), (host, port))
                 sent += len(chunk)
                 chunk = []
                 _pace(sent, rate, started)
         if chunk:
-            sock.sendto(msgpack.packb(chunk), (host, port))
+            sock.sendto(pack(chunk), (host, port))
             sent += len(chunk)
     return sent
 

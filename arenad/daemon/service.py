@@ -51,7 +51,7 @@ from arenad.daemon.shadows import ModelSet, adr_prediction
 from arenad.daemon.sources.hl_udp import HlUdpSource, load_secrets, open_hl_udp
 from arenad.daemon.sources.mqtt import MqttStatus, load_password, run_mqtt, tls_context
 from arenad.daemon.sources.tail import LogFollower
-from arenad.daemon.sources.udp import open_udp
+from arenad.daemon.sources.udp import AuthRejectCollector, load_udp_keys, open_udp
 from arenad.daemon.state import (
     Checkpoints,
     Journal,
@@ -105,6 +105,7 @@ class Daemon:
         self.rejected: Counter[str] = Counter()
         self.filtered: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
+        self.udp_auth_rejected: Counter[str] = Counter()  # by arenad.auth.AuthReason
         self.applied = 0
         self.placements = 0  # match placements journaled (ADR does not rate them)
         self.checkpoint_last_success = 0.0
@@ -127,6 +128,8 @@ class Daemon:
                 name: self.metrics.model_update_seconds.labels(model=name).observe
                 for name in self.models.names
             }
+        if settings.udp.auth != "off":
+            self.metrics.registry.register(AuthRejectCollector(self.udp_auth_rejected))
         self.reject_warnings = RejectWarnings(settings.log.reject_warning_interval)
         self.bound: dict[str, Any] = {}  # actual listening addresses, for logs and tests
         self._lock_fd: int | None = None
@@ -167,6 +170,7 @@ class Daemon:
             "received": dict(self.received),
             "rejected_by_daemon": dict(self.rejected),
             "dropped": dict(self.dropped),
+            "udp_auth_rejected": dict(self.udp_auth_rejected),
             "journal_seq": self.seq,
             "placements": self.placements,
             "models": {f.model: f.as_dict() for f in self.models.figures()},
@@ -543,6 +547,7 @@ class Daemon:
         # the key named, instead of surfacing later inside the MQTT task.
         password = load_password(s.mqtt) if s.mqtt.enabled else None
         hl_secrets = load_secrets(s.source_udp) if s.source_udp.enabled else None
+        udp_keys = load_udp_keys(s.udp) if s.udp.enabled and s.udp.auth != "off" else None
         if s.mqtt.enabled:
             tls_context(s.mqtt)
         started = time.perf_counter()
@@ -573,7 +578,14 @@ class Daemon:
                 name = srv.sockets[0].getsockname()
                 self.bound.setdefault("query", name[:2] if isinstance(name, tuple) else name)
             if s.udp.enabled:
-                udp_transport, _ = await open_udp(s.udp, self.queue, self.dropped)
+                udp_transport, _ = await open_udp(
+                    s.udp,
+                    self.queue,
+                    self.dropped,
+                    keys=udp_keys,
+                    auth_rejected=self.udp_auth_rejected,
+                    state_dir=self.state_dir,
+                )
                 self.bound["udp"] = udp_transport.get_extra_info("sockname")[:2]
             if s.source_udp.enabled:
                 hl_transport, self.hl_udp = await open_hl_udp(
