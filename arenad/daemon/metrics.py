@@ -82,6 +82,11 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
     )
     yield GaugeMetricFamily("arenad_players_tracked", "Players with a rating.", value=snap.players_tracked)
     yield GaugeMetricFamily(
+        "arenad_players_cap",
+        "Most players tracked (adr.max_players); beyond it new ones are refused.",
+        value=snap.players_cap,
+    )
+    yield GaugeMetricFamily(
         "arenad_players_active", "Players in the active set (recent events, §2.3).", value=snap.players_active
     )
     by_tier = GaugeMetricFamily(

@@ -150,6 +150,7 @@ class Daemon:
             queue_depth=self.queue.qsize(),
             queue_capacity=self.queue.maxsize,
             players_tracked=len(eng),
+            players_cap=eng.params.max_players,
             players_active=eng.active_count,
             players_by_tier=by_tier,
             checkpoint_last_success=self.checkpoint_last_success,
@@ -230,7 +231,7 @@ class Daemon:
         # them has none: they start at its sequence number).
         self.models.import_state(models_state)
         records, truncations = self.journal.replay_after(self.seq)
-        chunk: list[JournalRecord] = []
+        chunk: list[JournalRecord | None] = []
         now = time.time()
         for rec in records:
             seq = record_seq(rec)
@@ -241,13 +242,16 @@ class Daemon:
                 if self.models.scoring:
                     self.models.score_primary_placement(self.engine, rec)
                 self.placements += 1
+                chunk.append(rec)
             else:
                 _seq, t, attacker, victim, server, event_id = rec
                 self.intake.remember(server, event_id, now)
                 if self.models.scoring:
                     self.models.primary.add(adr_prediction(self.engine, attacker, victim))
-                self._apply_one(attacker, victim, t)
-            chunk.append(rec)
+                if self._apply_one(attacker, victim, t) is Outcome.PLAYER_CAP:
+                    chunk.append(None)  # the shadows skip it, as in _apply
+                else:
+                    chunk.append(rec)
             if len(chunk) >= REPLAY_CHUNK:
                 self.models.run(chunk)  # the shadows after the primary, as in _process
                 chunk = []
@@ -261,8 +265,10 @@ class Daemon:
         self.recovery = report
         return report
 
-    def _apply_one(self, attacker: str, victim: str, t: float) -> None:
-        self._count_outcome(self.engine.feed(attacker, victim, t))
+    def _apply_one(self, attacker: str, victim: str, t: float) -> Outcome:
+        outcome = self.engine.feed(attacker, victim, t)
+        self._count_outcome(outcome)
+        return outcome
 
     def _count_outcome(self, outcome: Outcome) -> None:
         if outcome is Outcome.APPLIED:
@@ -359,7 +365,7 @@ class Daemon:
             if batch.position is not None:  # what this batch held is journaled: resume after it
                 self.positions[batch.position[0]] = batch.position[1]
                 self._positions_moved = True
-        await self._apply(records)
+        await self._apply(list(records))
         for batch in batches:
             if batch.done is not None:
                 try:
@@ -367,7 +373,8 @@ class Daemon:
                 except Exception as e:  # a source's ack failing must not stop the engine
                     log.warning("ack_failed", source=batch.source, error=str(e))
 
-    async def _apply(self, records: list[JournalRecord]) -> None:
+    async def _apply(self, records: list[JournalRecord | None]) -> None:
+        # ``records`` is the engine task's own copy: a refused kill is set to None in it.
         """Score and apply journaled records in slices; the shadows follow every few slices.
 
         Per kill: with shadow models configured, the primary's prediction is scored first (before
@@ -391,6 +398,7 @@ class Daemon:
         pos = window.pos
         scored = 0
         applied_outcome = Outcome.APPLIED
+        player_cap = Outcome.PLAYER_CAP
         applied = 0
         placements = 0
         sample = self._sample
@@ -398,6 +406,7 @@ class Daemon:
         start = 0  # the first record the shadows have not taken yet
         cuts: list[int] = []  # where ADR's slices since then end
         for k, rec in enumerate(records):
+            assert rec is not None  # only this loop sets entries to None, behind itself
             if isinstance(rec, PlacementRecord):
                 # ADR does not rate matches; its predictions of the pairs are scored all the same.
                 if scoring:
@@ -445,6 +454,8 @@ class Daemon:
                     applied += 1
                 else:
                     self._count_outcome(outcome)
+                    if outcome is player_cap:
+                        records[k] = None  # the shadows skip it too (ModelSet.run_steps)
                 work += 1
             if work >= SLICE:
                 work = 0
@@ -466,7 +477,7 @@ class Daemon:
         self._sample = sample
         await self._shadows(records, start, [*cuts, len(records)])
 
-    async def _shadows(self, records: list[JournalRecord], lo: int, cuts: list[int]) -> None:
+    async def _shadows(self, records: list[JournalRecord | None], lo: int, cuts: list[int]) -> None:
         """The shadow models take ``records[lo:cuts[-1]]`` in ADR's slices; queries get a turn
         after each slice of each model."""
         for _ in self.models.run_steps(records, lo, cuts):

@@ -228,16 +228,20 @@ class ModelSet:
             add(adr_prediction(engine, a, b))
 
     # ------------------------------------------------------------------ the shadows
-    def run(self, records: Sequence[JournalRecord], lo: int = 0, hi: int | None = None) -> None:
+    def run(self, records: Sequence[JournalRecord | None], lo: int = 0, hi: int | None = None) -> None:
         """Each live shadow predicts, is scored on and learns from ``records[lo:hi]``, in order."""
         hi = len(records) if hi is None else hi
         for _ in self.run_steps(records, lo, [hi]):
             pass
 
-    def run_steps(self, records: Sequence[JournalRecord], lo: int, cuts: Sequence[int]) -> Iterator[str]:
+    def run_steps(
+        self, records: Sequence[JournalRecord | None], lo: int, cuts: Sequence[int]
+    ) -> Iterator[str]:
         """``run`` over ``records[lo:cuts[-1]]``, one shadow at a time and, for each, one piece
         ``[lo:cuts[0]]``, ``[cuts[0]:cuts[1]]``... at a time, yielding the shadow's name after
-        each piece so that the engine task can let queries in.
+        each piece so that the engine task can let queries in. A ``None`` record is one the
+        primary refused for the player cap: shadows skip it, so invented ids cannot grow them
+        past ``adr.max_players`` either.
 
         Each shadow takes all the pieces in a row: alternating with ADR (or another shadow) every
         few events costs more than the models' own work, because each one's state and code must
@@ -263,7 +267,7 @@ class ModelSet:
             self.live = [s for s in self.shadows if s.failed is None]
 
     def _run_one(
-        self, shadow: Shadow, records: Sequence[JournalRecord], lo: int, hi: int, countdown: int
+        self, shadow: Shadow, records: Sequence[JournalRecord | None], lo: int, hi: int, countdown: int
     ) -> bool:
         model = shadow.model
         predict = model.predict
@@ -280,6 +284,8 @@ class ModelSet:
         try:
             for k in range(lo, hi):
                 rec = records[k]
+                if rec is None:
+                    continue
                 if isinstance(rec, PlacementRecord):
                     t = rec.t
                     for a, b in rec.pairs:
@@ -316,8 +322,9 @@ class ModelSet:
                     observe(perf_counter() - started)
         except Exception as e:  # a plugin's failure stops that plugin, never the daemon
             shadow.failed = f"{type(e).__name__}: {e}"
-            rec = records[k]
-            seq = rec.seq if isinstance(rec, PlacementRecord) else rec[0]
+            failed_rec = records[k]
+            assert failed_rec is not None  # skipped records never reach the model
+            seq = failed_rec.seq if isinstance(failed_rec, PlacementRecord) else failed_rec[0]
             log.error("shadow_failed", model=shadow.name, seq=seq, error=shadow.failed, exc_info=True)
             return False
         finally:

@@ -90,6 +90,7 @@ class MetricsSnapshot:
     queue_depth: int = 0
     queue_capacity: int = 0
     players_tracked: int = 0
+    players_cap: int = 0  # adr.max_players
     players_active: int = 0
     players_by_tier: dict[str, int] = field(default_factory=dict)  # "1H".."5L" and "unplaced"
     checkpoint_last_success: float = 0.0  # unix time, 0 = never
