@@ -85,7 +85,24 @@ def _text(obj: dict[Any, Any], key: str, required: bool) -> str | Reject | None:
         return Reject(RejectReason.BAD_TYPE, f"{key!r} must not be empty")
     if len(v) > MAX_NAME_BYTES or len(v.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         return Reject(RejectReason.OVERSIZE, f"{key!r} longer than {MAX_NAME_BYTES} bytes")
+    if not _utf8_ok(v):
+        return Reject(RejectReason.BAD_TYPE, f"{key!r} holds a lone surrogate (not encodable as UTF-8)")
     return v
+
+
+def _utf8_ok(s: str) -> bool:
+    """Whether ``s`` encodes as UTF-8.
+
+    JSON's ``"\\ud800"`` escape decodes to a lone surrogate, which no UTF-8 writer accepts: such a
+    name would make the journal's msgpack encoder raise after the event was accepted.
+    """
+    if s.isascii():
+        return True
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 #: Strings of at most this many characters are within MAX_NAME_BYTES whatever they contain
@@ -117,6 +134,12 @@ def event_from_obj(obj: object) -> KillEvent | PlacementEvent | Reject:
             and (weapon is None or (type(weapon) is str and len(weapon) <= _SAFE_CHARS))
             and (event_id is None or (type(event_id) is str and len(event_id) <= _SAFE_CHARS))
             and len(obj) == 3 + (server is not None) + (raw_id is not None) + (weapon is not None)
+            # isascii() is O(1) in CPython: ASCII names skip the call (the hot path).
+            and (attacker.isascii() or _utf8_ok(attacker))
+            and (victim.isascii() or _utf8_ok(victim))
+            and (server is None or _utf8_ok(server))
+            and (weapon is None or _utf8_ok(weapon))
+            and (event_id is None or _utf8_ok(event_id))
         ):
             return KillEvent(t, attacker, victim, server, event_id, weapon)
     return _event_from_obj_slow(obj)
@@ -146,6 +169,8 @@ def _event_id(obj: dict[Any, Any]) -> str | Reject | None:
     event_id = str(raw)
     if len(event_id) > MAX_NAME_BYTES or len(event_id.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         return Reject(RejectReason.OVERSIZE, f"'id' longer than {MAX_NAME_BYTES} bytes")
+    if not _utf8_ok(event_id):
+        return Reject(RejectReason.BAD_TYPE, "'id' holds a lone surrogate (not encodable as UTF-8)")
     return event_id
 
 
@@ -206,6 +231,8 @@ def _placement_from_obj(obj: dict[Any, Any]) -> PlacementEvent | Reject:
                     RejectReason.OVERSIZE,
                     f"a player in 'placements'[{k}] is longer than {MAX_NAME_BYTES} bytes",
                 )
+            if not _utf8_ok(player):
+                return Reject(RejectReason.BAD_TYPE, f"a player in 'placements'[{k}] holds a lone surrogate")
             if player in seen:
                 return Reject(RejectReason.MALFORMED, f"player {player[:32]!r} is placed twice")
             seen.add(player)
