@@ -63,8 +63,10 @@ class TestSignedUdp:
     def test_signed_accepted_and_forgeries_rejected_and_counted(self, daemon: DaemonProcess) -> None:
         daemon.send_udp(signed(1, kills("ok", 3)))
         daemon.send_udp(signed(1, kills("eu2", 2), OTHER, "eu-2"))  # each key has its own window
-        daemon.wait_for(lambda s: s.get("journal_seq", 0) >= 5)
+        # Journaled comes before applied: wait for the ratings, not only the journal.
+        daemon.wait_for(lambda s: s.get("journal_seq", 0) >= 5 and s.get("applied", 0) >= 5)
         ladder_before = daemon.ladder()
+        assert len(ladder_before) == 10
 
         forged = bytearray(signed(2, kills("forged", 3)))
         forged[-1] ^= 1
