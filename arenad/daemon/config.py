@@ -306,6 +306,8 @@ class QuerySettings:
     max_line: int = 4096
     max_connections: int = 256
     idle_timeout: float = 300.0
+    rate_limit: float = 200.0  # requests per second per connection (token refill); 0 = unlimited
+    burst: int = 400  # requests a connection may send at once (token bucket size)
     max_top: int = 1000  # largest n for top / around
     display_k: float = 3.0  # conservative display rating = mu - display_k * sigma
 
@@ -321,6 +323,8 @@ class QuerySettings:
         _need_num(out, "query", self, "max_line", lo=64, integer=True)
         _need_num(out, "query", self, "max_connections", lo=1, integer=True)
         _need_num(out, "query", self, "idle_timeout", lo=0.1)
+        _need_num(out, "query", self, "rate_limit", lo=0)
+        _need_num(out, "query", self, "burst", lo=1, integer=True)
         _need_num(out, "query", self, "max_top", lo=1, integer=True)
         _need_num(out, "query", self, "display_k", lo=0)
         return out

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from arenad.core.params import TIER_NAMES
-from arenad.daemon.types import MetricsSnapshot, ModelFigures
+from arenad.daemon.types import QUERY_REJECT_REASONS, MetricsSnapshot, ModelFigures
 
 _log = structlog.get_logger("arenad.metrics")
 
@@ -139,6 +139,20 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
         "Match-placement events journaled (ADR does not rate them; every model is scored on them).",
         value=snap.placements,
     )
+    yield GaugeMetricFamily(
+        "arenad_query_connections",
+        "Query connections open now (TCP and Unix; refused ones not counted).",
+        value=snap.query_connections,
+    )
+    query_rejected = CounterMetricFamily(
+        "arenad_query_rejected",
+        "Query requests and connections refused, by reason (rate_limited, too_many_connections, oversize).",
+        labels=["reason"],
+    )
+    # Every reason always present, zeros included, so rate() sees the first refusal.
+    for reason in sorted({*QUERY_REJECT_REASONS, *snap.query_rejected}):
+        query_rejected.add_metric([reason], snap.query_rejected.get(reason, 0))
+    yield query_rejected
     yield from _model_families(snap.models)
 
 

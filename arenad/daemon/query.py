@@ -15,8 +15,12 @@ A bad request gets an error line and the connection stays open. Operations: ``ge
 What a slow or hostile client cannot do: grow a buffer past ``max_line`` (an over-long line is
 answered once and the rest of it skipped), hold a connection without making progress for more
 than ``idle_timeout`` (neither sending nor reading our replies), open more than
-``max_connections`` connections at once, or keep the event loop (and so the engine task) busy
-for more than a few milliseconds at a time.
+``max_connections`` connections at once, send more than ``burst`` requests at once or more than
+``rate_limit`` per second on one connection (a token bucket per connection: a request over it is
+answered ``{"ok": false, "error": "rate limited", "retry_after": seconds}`` and the connection
+stays open), or keep the event loop (and so the engine task) busy for more than a few
+milliseconds at a time. Each refusal is counted by reason (``QUERY_REJECT_REASONS``) for
+``arenad_query_rejected_total``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import socket
 import stat
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +45,7 @@ from arenad.core.engine import Engine
 from arenad.core.events import MAX_NAME_BYTES
 from arenad.core.params import TIER_NAMES
 from arenad.daemon.config import QuerySettings, parse_hostport
+from arenad.daemon.types import QUERY_REJECT_REASONS
 from arenad.errors import ArenadError
 
 log = structlog.get_logger("arenad.query")
@@ -93,6 +99,10 @@ class QueryHandler:
         self._stats = stats
         self._observe = observe
         self.internal_errors = 0
+        #: Requests and connections refused, by reason (QUERY_REJECT_REASONS); read at scrape time.
+        self.rejected: Counter[str] = Counter(dict.fromkeys(QUERY_REJECT_REASONS, 0))
+        #: Query connections open now (TCP and Unix), refused ones not included.
+        self.connections = 0
         # (op, exception type) pairs already logged: a client that can trigger a bug over and
         # over must not be able to flood the log with the same traceback.
         self._logged: set[tuple[str, str]] = set()
@@ -130,9 +140,17 @@ class QueryHandler:
         self._record(label, time.perf_counter() - started)
         return out
 
+    def rate_limited(self, retry_after: float) -> bytes:
+        """The response to a request over the connection's rate limit (its content is never parsed)."""
+        self.rejected["rate_limited"] += 1
+        # Rounded up, so a client that waits exactly retry_after finds a token.
+        wait = math.ceil(retry_after * 1000) / 1000
+        return _encode({"ok": False, "error": "rate limited", "retry_after": wait})
+
     def line_too_long(self) -> bytes:
         """The response to a line longer than ``max_line`` (its content is never parsed)."""
         self._record(INVALID_OP, 0.0)
+        self.rejected["oversize"] += 1
         return error_line(f"request line longer than {self.settings.max_line} bytes; the line was discarded")
 
     # -- operations ------------------------------------------------------------------------
@@ -442,6 +460,40 @@ class LineSplitter:
         return rest
 
 
+# ---------------------------------------------------------------------------- rate limit
+class TokenBucket:
+    """Allows at most ``burst + rate * elapsed`` requests in any span of ``elapsed`` seconds.
+
+    Pure: the caller passes the time (a monotonic clock). Starts full, so a new connection may
+    send ``burst`` requests at once. ``rate`` 0 means no refill at all: only ``burst`` requests
+    ever (the server does not make a bucket when ``rate_limit`` is 0, i.e. unlimited).
+    """
+
+    __slots__ = ("burst", "last", "rate", "tokens")
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        if not (math.isfinite(rate) and rate >= 0):
+            raise ValueError(f"rate must be finite and >= 0, got {rate!r}")
+        if burst < 1:
+            raise ValueError(f"burst must be >= 1, got {burst!r}")
+        self.rate = rate
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.last = now
+
+    def take(self, now: float) -> float:
+        """Spend one token: 0.0 if the request may go, else the seconds until a token is due."""
+        if now > self.last:  # a clock that steps back refills nothing
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+            self.last = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        if self.rate <= 0:
+            return math.inf
+        return (1.0 - self.tokens) / self.rate
+
+
 # ---------------------------------------------------------------------------- the servers
 @dataclass(slots=True)
 class _Connections:
@@ -458,15 +510,18 @@ class _Connections:
         self.tasks.add(task)  # close_servers cancels these: nothing outlives the servers
         try:
             if self.active >= self.settings.max_connections:
+                self.handler.rejected["too_many_connections"] += 1
                 await _refuse(reader, writer, self.settings.max_connections)
                 return
             self.active += 1
+            self.handler.connections = self.active
             try:
                 await self._session(reader, writer)
             finally:
                 # Counted down before the close completes, so a client that has seen its
                 # connection end can rely on its slot being free.
                 self.active -= 1
+                self.handler.connections = self.active
         except OSError:
             pass  # the client went away mid-reply: nothing to answer any more
         except Exception as e:  # a bug here ends this connection only, and is logged once
@@ -480,6 +535,8 @@ class _Connections:
         timeout = self.settings.idle_timeout
         lines = LineSplitter(self.settings.max_line)
         loop = asyncio.get_running_loop()
+        rate = self.settings.rate_limit
+        bucket = TokenBucket(rate, self.settings.burst, loop.time()) if rate > 0 else None
         while True:
             try:
                 async with asyncio.timeout(timeout):
@@ -493,24 +550,28 @@ class _Connections:
                 batch = [] if last is None else [last]
             slice_start = loop.time()
             for line in batch:
-                if line is None:
-                    writer.write(handler.line_too_long())
-                    if not await _drain(writer, timeout):
-                        return
-                    continue
-                # Handled synchronously: the engine is only mutated by the engine task on this
-                # same loop, so it cannot change while one request is being answered.
-                writer.write(handler.handle_line(line))
-                # drain() returns at once unless the transport buffer is above its high-water
-                # mark; a client that stops reading is dropped after idle_timeout instead of
-                # making us buffer replies without bound.
-                if not await _drain(writer, timeout):
-                    return
                 if loop.time() - slice_start > _SLICE:
                     # A client pipelining expensive requests must not hold the loop (and so
                     # the engine task) for longer than a slice.
                     await asyncio.sleep(0)
                     slice_start = loop.time()
+                # Every line costs a token, an over-long or invalid one too; a refused request
+                # is answered without being parsed, so a flood costs us little.
+                wait = 0.0 if bucket is None else bucket.take(loop.time())
+                if wait > 0.0:
+                    reply = handler.rate_limited(wait)
+                elif line is None:
+                    reply = handler.line_too_long()
+                else:
+                    # Handled synchronously: the engine is only mutated by the engine task on
+                    # this same loop, so it cannot change while one request is being answered.
+                    reply = handler.handle_line(line)
+                writer.write(reply)
+                # drain() returns at once unless the transport buffer is above its high-water
+                # mark; a client that stops reading is dropped after idle_timeout instead of
+                # making us buffer replies without bound.
+                if not await _drain(writer, timeout):
+                    return
             if not data:
                 return  # end of input; the last reply has been handed to the transport
 

@@ -132,6 +132,7 @@ class Daemon:
             self.metrics.registry.register(AuthRejectCollector(self.udp_auth_rejected))
         self.reject_warnings = RejectWarnings(settings.log.reject_warning_interval)
         self.bound: dict[str, Any] = {}  # actual listening addresses, for logs and tests
+        self.query_handler: QueryHandler | None = None  # set once the query server starts
         self._lock_fd: int | None = None
         self._sample = 0
 
@@ -163,6 +164,8 @@ class Daemon:
             ready=self.ready,
             placements=self.placements,
             models=self.models.figures(),
+            query_connections=0 if self.query_handler is None else self.query_handler.connections,
+            query_rejected=Counter() if self.query_handler is None else Counter(self.query_handler.rejected),
         )
 
     def stats(self) -> dict[str, Any]:
@@ -583,6 +586,7 @@ class Daemon:
                 stats=self.stats,
                 observe=lambda op, sec: self.metrics.query_seconds.labels(op=op).observe(sec),
             )
+            self.query_handler = handler
             qservers = await serve_query(handler, s.query)
             servers.extend(qservers)
             for srv in qservers:

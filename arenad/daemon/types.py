@@ -78,6 +78,12 @@ class ModelFigures:
         }
 
 
+#: Why the query server refused a request or a connection (``arenad_query_rejected_total{reason}``):
+#: a request over the connection's rate limit, a connection over ``max_connections``, a request
+#: line over ``max_line``.
+QUERY_REJECT_REASONS: tuple[str, ...] = ("rate_limited", "too_many_connections", "oversize")
+
+
 @dataclass(slots=True)
 class MetricsSnapshot:
     """Everything the Prometheus collector exports, read at scrape time (no per-event work)."""
@@ -103,3 +109,5 @@ class MetricsSnapshot:
     ready: bool = False  # state loaded: /healthz answers 200
     placements: int = 0  # match-placement events journaled (never rated by ADR)
     models: list[ModelFigures] = field(default_factory=list)  # the primary first, then the shadows
+    query_connections: int = 0  # query connections open now (TCP and Unix)
+    query_rejected: Counter[str] = field(default_factory=Counter)  # by reason (QUERY_REJECT_REASONS)

@@ -64,6 +64,8 @@ def full_snapshot() -> MetricsSnapshot:
         mqtt_connected=True,
         ready=True,
         placements=13,
+        query_connections=15,
+        query_rejected=Counter({"rate_limited": 16, "too_many_connections": 17}),
         models=[
             ModelFigures("adr", "primary", 900, 500, 0.61, 0.21, 0.74),
             ModelFigures("glicko2-mp", "shadow", 900, 500, 0.58, 0.2, 0.77, matches=14, failed=None),
@@ -171,6 +173,10 @@ class TestExportedValues:
             one("arenad_mqtt_connected"): 1,
             one("arenad_ready"): 1,
             one("arenad_placements_total"): 13,
+            one("arenad_query_connections"): 15,
+            one("arenad_query_rejected_total", reason="rate_limited"): 16,
+            one("arenad_query_rejected_total", reason="too_many_connections"): 17,
+            one("arenad_query_rejected_total", reason="oversize"): 0,
         }
         for name, values in {
             "adr": (0.61, 0.21, 0.74, 900, 500, 0, 0),

@@ -668,7 +668,11 @@ class TestLimits:
                     await asyncio.sleep(0)
                     longest_wait = max(longest_wait, loop.time() - before)
 
-            async with running(handler) as servers, connected(tcp_port(servers)) as (reader, writer):
+            # rate_limit 0: the 2000 pipelined requests are over the default burst on purpose.
+            async with (
+                running(handler, rate_limit=0) as servers,
+                connected(tcp_port(servers)) as (reader, writer),
+            ):
                 ticking = asyncio.create_task(engine_task())
                 writer.write(burst)
                 for _ in range(2000):
