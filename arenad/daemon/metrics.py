@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from arenad.core.params import TIER_NAMES
-from arenad.daemon.types import QUERY_REJECT_REASONS, MetricsSnapshot, ModelFigures
+from arenad.daemon.types import QUERY_REJECT_REASONS, STORAGE_OPS, MetricsSnapshot, ModelFigures
 
 _log = structlog.get_logger("arenad.metrics")
 
@@ -131,6 +131,16 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "arenad_mqtt_connected", "1 while the MQTT session is up, else 0.", value=int(snap.mqtt_connected)
     )
+    yield CounterMetricFamily(
+        "arenad_mqtt_disconnects",
+        "Established MQTT sessions that ended (broker gone, network error, shutdown).",
+        value=snap.mqtt_disconnects,
+    )
+    yield CounterMetricFamily(
+        "arenad_mqtt_disconnected_seconds",
+        "Seconds the MQTT source has spent without a session since start (start-up and outages).",
+        value=snap.mqtt_disconnected_seconds,
+    )
     yield GaugeMetricFamily(
         "arenad_ready", "1 once state is loaded (/healthz answers 200).", value=int(snap.ready)
     )
@@ -153,6 +163,24 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
     for reason in sorted({*QUERY_REJECT_REASONS, *snap.query_rejected}):
         query_rejected.add_metric([reason], snap.query_rejected.get(reason, 0))
     yield query_rejected
+    yield GaugeMetricFamily(
+        "arenad_storage_ok",
+        "1 while journal writes and checkpoints succeed; 0 after a failure (disk full) until one does.",
+        value=int(snap.storage_ok),
+    )
+    yield GaugeMetricFamily(
+        "arenad_intake_paused",
+        "1 while a batch waits for the journal to accept it (the queue is not read meanwhile), else 0.",
+        value=int(snap.intake_paused),
+    )
+    storage_errors = CounterMetricFamily(
+        "arenad_storage_errors",
+        "Failed writes to the state directory (ENOSPC, EIO...), by op (journal, checkpoint).",
+        labels=["op"],
+    )
+    for op in sorted({*STORAGE_OPS, *snap.storage_errors}):
+        storage_errors.add_metric([op], snap.storage_errors.get(op, 0))
+    yield storage_errors
     yield from _model_families(snap.models)
 
 

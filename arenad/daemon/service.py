@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import gc
 import os
@@ -83,6 +84,12 @@ REPLAY_CHUNK = 4096
 UPDATE_SAMPLE = 64
 #: Events taken from the queue per engine step (one journal write and one fsync cover them).
 MAX_STEP_EVENTS = 4096
+#: Seconds between attempts to journal a held batch while the state directory refuses writes.
+STORAGE_RETRY = 1.0
+#: Most seconds between two checkpoint attempts after a failed one (the interval, if shorter).
+CHECKPOINT_RETRY = 10.0
+#: A storage failure that persists is logged again at most this often (per op), not per attempt.
+STORAGE_LOG_INTERVAL = 30.0
 
 
 class Daemon:
@@ -135,6 +142,14 @@ class Daemon:
         self.query_handler: QueryHandler | None = None  # set once the query server starts
         self._lock_fd: int | None = None
         self._sample = 0
+        # Storage faults (a full disk): failed writes by op, which ops fail now, when each was
+        # last logged, and the one engine step that waits for the journal (records, batches, the
+        # journal size to cut back to) while intake is paused.
+        self.storage_errors: Counter[str] = Counter()
+        self._storage_failing: set[str] = set()
+        self._storage_logged: dict[str, float] = {}
+        self._held: tuple[list[JournalRecord], list[Batch], int] | None = None
+        self._unjournaled_ids = False  # set when a held step was given up at stop (no checkpoint)
 
     # ------------------------------------------------------------------ metrics
     def snapshot(self) -> MetricsSnapshot:
@@ -161,11 +176,16 @@ class Daemon:
             checkpoint_fallbacks=self.recovery.fallbacks,
             unrated_deaths=self._unrated_deaths(),
             mqtt_connected=self.mqtt_status.connected,
+            mqtt_disconnects=self.mqtt_status.disconnects,
+            mqtt_disconnected_seconds=self.mqtt_status.disconnected_seconds(time.monotonic()),
             ready=self.ready,
             placements=self.placements,
             models=self.models.figures(),
             query_connections=0 if self.query_handler is None else self.query_handler.connections,
             query_rejected=Counter() if self.query_handler is None else Counter(self.query_handler.rejected),
+            storage_ok=not self._storage_failing,
+            intake_paused=self._held is not None,
+            storage_errors=Counter(self.storage_errors),
         )
 
     def stats(self) -> dict[str, Any]:
@@ -299,11 +319,14 @@ class Daemon:
         Only the engine task (and start-up / shutdown around it) calls this, so checkpoints never
         overlap and the engine does not change while its state is copied.
         """
+        if self._held is not None or self._unjournaled_ids:
+            # The intake already remembers the held events' ids (duplicate checks) though they are
+            # not journaled: a checkpoint now would refuse their redelivery after a restart.
+            return
         seq = self.seq
         if seq == self.checkpoint_seq and not self._positions_moved and self.checkpoints.list():
             return
         started = time.perf_counter()
-        self.journal.open_segment(seq + 1)
 
         def write() -> None:
             # Runs in a worker thread while the engine task waits here, so nothing mutates the
@@ -311,11 +334,14 @@ class Daemon:
             self.checkpoints.write(seq, self._checkpoint_payload())
 
         try:
+            self.journal.open_segment(seq + 1)
             await asyncio.to_thread(write)
         except OSError as e:
+            # Checkpoints.write removed its temporary file; the older checkpoints are untouched.
             self.checkpoint_failures += 1
-            log.error("checkpoint_failed", seq=seq, error=str(e))
+            self._storage_failed("checkpoint", e, seq=seq)
             return
+        self._storage_recovered("checkpoint")
         self.checkpoint_seq = seq
         self._positions_moved = False
         self.checkpoint_last_success = time.time()
@@ -357,13 +383,38 @@ class Daemon:
                     )
                     continue
                 records.append((seq, checked.t, checked.attacker, checked.victim, checked.server, checked.id))
-        self.seq = seq
+        mark = self.journal.size
+        if not await self._commit(records, batches, mark):
+            # Not journaled: nothing applied, nothing acknowledged. The engine loop retries this
+            # step every STORAGE_RETRY seconds and reads no more of the queue meanwhile.
+            self._held = (records, batches, mark)
+
+    async def _commit(self, records: list[JournalRecord], batches: list[Batch], mark: int) -> bool:
+        """Journal and fsync ``records``, then apply them and tell their batches they are done.
+
+        ``mark`` is the journal size before this step. If a write or the fsync fails (a full
+        disk, an I/O error), the journal is cut back to ``mark`` — no partial or unsynced record
+        is left for a retry to follow, and sequence numbers stay contiguous — and ``False`` is
+        returned with nothing applied or acknowledged.
+        """
         if records:
-            for k in range(0, len(records), 4 * SLICE):
-                self.journal.append(records[k : k + 4 * SLICE])
-                await asyncio.sleep(0)
-            # fsync off the event loop; nothing is applied or acknowledged before it returns.
-            await asyncio.to_thread(self.journal.sync)
+            try:
+                if self.journal.size != mark:
+                    self.journal.rewind(mark)  # a cut that failed last time
+                for k in range(0, len(records), 4 * SLICE):
+                    self.journal.append(records[k : k + 4 * SLICE])
+                    await asyncio.sleep(0)
+                # fsync off the event loop; nothing is applied or acknowledged before it returns.
+                await asyncio.to_thread(self.journal.sync)
+            except OSError as e:
+                self._storage_failed("journal", e, seq=record_seq(records[0]), events=len(records))
+                try:
+                    self.journal.rewind(mark)
+                except OSError as cut:
+                    log.error("journal_rewind_failed", error=str(cut), errno=cut.errno)
+                return False
+            self.seq = record_seq(records[-1])
+        self._storage_recovered("journal")
         for batch in batches:
             if batch.position is not None:  # what this batch held is journaled: resume after it
                 self.positions[batch.position[0]] = batch.position[1]
@@ -375,6 +426,7 @@ class Daemon:
                     batch.done()
                 except Exception as e:  # a source's ack failing must not stop the engine
                     log.warning("ack_failed", source=batch.source, error=str(e))
+        return True
 
     async def _apply(self, records: list[JournalRecord | None]) -> None:
         # ``records`` is the engine task's own copy: a refused kill is set to None in it.
@@ -486,6 +538,63 @@ class Daemon:
         for _ in self.models.run_steps(records, lo, cuts):
             await asyncio.sleep(0)
 
+    def _storage_failed(self, op: str, e: OSError, **context: Any) -> None:
+        """Count a failed write, raise the alarm, and log it (again at most every interval)."""
+        self.storage_errors[op] += 1
+        self._storage_failing.add(op)
+        now = time.monotonic()
+        if now - self._storage_logged.get(op, -STORAGE_LOG_INTERVAL) >= STORAGE_LOG_INTERVAL:
+            self._storage_logged[op] = now
+            log.error(
+                "storage_write_failed",
+                op=op,
+                errno=e.errno,
+                errno_name=errno.errorcode.get(e.errno or 0, "?"),
+                error=str(e),
+                failures=self.storage_errors[op],
+                intake_paused=op == "journal",
+                **context,
+            )
+
+    def _storage_recovered(self, op: str) -> None:
+        if op in self._storage_failing:
+            self._storage_failing.discard(op)
+            self._storage_logged.pop(op, None)
+            log.warning("storage_recovered", op=op, failures=self.storage_errors[op])
+
+    async def _retry_held(self) -> bool:
+        """Try the held engine step again; ``True`` once it is journaled, applied and acked."""
+        assert self._held is not None
+        records, batches, mark = self._held
+        if not await self._commit(records, batches, mark):
+            return False
+        self._held = None
+        return True
+
+    def _abandon_held(self) -> None:
+        """At stop with the journal still failing: give up the held and queued batches.
+
+        Nothing of them was acknowledged (MQTT redelivers it to the next run); UDP events are
+        lost and counted as dropped. No final checkpoint follows (``checkpoint`` skips while a
+        batch is held), so the next start remembers no id of the abandoned events.
+        """
+        assert self._held is not None
+        batches = self._held[1]
+        while True:
+            try:
+                batches.append(self.queue.get_nowait())
+            except asyncio.QueueEmpty:
+                break
+        lost = 0
+        for batch in batches:  # an MQTT batch is simply never acknowledged
+            if batch.done is None and batch.source != "control":
+                n = len(batch.decoded())
+                self.dropped[batch.source] += n
+                lost += n
+        log.error("stopped_with_unjournaled_events", batches=len(batches), dropped=lost)
+        self._held = None
+        self._unjournaled_ids = True
+
     def _count_reject(self, reject: Reject, source: str) -> None:
         self.rejected[reject.reason.value] += 1
         self.reject_warnings.reject(reject.reason.value, source, reject.detail)
@@ -500,9 +609,25 @@ class Daemon:
             if watchdog is not None and now >= next_ping:
                 sdnotify.notify("WATCHDOG=1")
                 next_ping = now + watchdog
+            if self._held is not None:
+                # Intake paused: the queue fills, MQTT stops taking messages (back-pressure to the
+                # broker, which redelivers what was not acknowledged), UDP drops and counts.
+                if await self._retry_held():
+                    continue
+                if self.stop.is_set():
+                    self._abandon_held()  # then drain and stop as usual, without a checkpoint
+                    continue
+                wait = STORAGE_RETRY
+                if watchdog is not None:
+                    wait = min(wait, max(0.01, next_ping - time.monotonic()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), timeout=wait)
+                continue
             if now >= next_checkpoint:
                 await self.checkpoint()
-                next_checkpoint = time.monotonic() + interval
+                # A failed checkpoint is tried again sooner (the temporary file was removed).
+                retry = min(interval, CHECKPOINT_RETRY) if "checkpoint" in self._storage_failing else interval
+                next_checkpoint = time.monotonic() + retry
             if self.stop.is_set() and self.queue.empty():
                 self.mqtt_stop.set()
                 if self._mqtt_task is None or self._mqtt_task.done():

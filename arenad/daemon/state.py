@@ -200,6 +200,8 @@ class Journal:
         self._file: Any = None
         self._path: Path | None = None
         self.bytes_written = 0
+        #: Bytes in the open segment: where the next record starts (see ``rewind``).
+        self.size = 0
 
     @staticmethod
     def segment_name(first_seq: int) -> str:
@@ -209,21 +211,45 @@ class Journal:
         return sorted(_numbered(self.dir, "journal-*.log"))
 
     def open_segment(self, first_seq: int) -> None:
-        """Start writing a new segment whose first record will be ``first_seq``."""
-        self.close()
+        """Start writing a new segment whose first record will be ``first_seq``.
+
+        The new file is opened before the old one is closed, so a failure (a full disk) leaves
+        the journal appending to the segment it had.
+        """
         path = self.dir / self.segment_name(first_seq)
-        self._file = path.open("ab", buffering=0)
+        new = path.open("ab", buffering=0)
+        try:
+            _fsync_dir(self.dir)
+        except OSError:
+            new.close()
+            raise
+        self.close()
+        self._file = new
         self._path = path
-        _fsync_dir(self.dir)
+        self.size = os.fstat(new.fileno()).st_size
 
     def append(self, records: Sequence[JournalRecord]) -> int:
         """Write records (no fsync); returns the bytes written."""
         if self._file is None:
             raise StateError("journal is not open")
         data = encode_chunk(records)
-        self._file.write(data)
-        self.bytes_written += len(data)
+        view = memoryview(data)
+        while view:
+            # A raw write may be short (a nearly full disk); the next one then raises ENOSPC.
+            n = self._file.write(view)
+            self.size += n
+            self.bytes_written += n
+            view = view[n:]
         return len(data)
+
+    def rewind(self, size: int) -> None:
+        """Cut the open segment back to ``size`` bytes (a record boundary the caller noted before
+        a failed append or fsync), so no partial or unsynced record stays in front of a retry."""
+        if self._file is None:
+            raise StateError("journal is not open")
+        self._file.truncate(size)
+        self.bytes_written -= self.size - size
+        self.size = size
 
     def fileno(self) -> int:
         if self._file is None:
@@ -292,12 +318,18 @@ class Checkpoints:
         head = _CKPT_HEAD.pack(_CKPT_MAGIC, CHECKPOINT_FORMAT, zlib.crc32(body), len(body))
         final = self.dir / f"checkpoint-{seq:012d}.ckpt"
         tmp = self.dir / f".checkpoint-{seq:012d}.tmp"
-        with tmp.open("wb") as f:
-            f.write(head)
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
+        try:
+            with tmp.open("wb") as f:
+                f.write(head)
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            # A full disk: the older checkpoints stay as they are, and the half-written temporary
+            # goes, so it does not hold the space the next attempt needs.
+            tmp.unlink(missing_ok=True)
+            raise
         _fsync_dir(self.dir)
         for _s, old in self.list()[self.keep :]:
             old.unlink(missing_ok=True)

@@ -83,6 +83,9 @@ class ModelFigures:
 #: line over ``max_line``.
 QUERY_REJECT_REASONS: tuple[str, ...] = ("rate_limited", "too_many_connections", "oversize")
 
+#: What failed to write (``arenad_storage_errors_total{op}``): a journal append or fsync, a checkpoint.
+STORAGE_OPS: tuple[str, ...] = ("journal", "checkpoint")
+
 
 @dataclass(slots=True)
 class MetricsSnapshot:
@@ -106,8 +109,13 @@ class MetricsSnapshot:
     checkpoint_fallbacks: int = 0  # corrupt newest checkpoint, older one used
     unrated_deaths: Counter[str] = field(default_factory=Counter)  # world_kill, suicide, ... (logs)
     mqtt_connected: bool = False
+    mqtt_disconnects: int = 0  # established MQTT sessions that ended
+    mqtt_disconnected_seconds: float = 0.0  # time the running MQTT source spent without a session
     ready: bool = False  # state loaded: /healthz answers 200
     placements: int = 0  # match-placement events journaled (never rated by ADR)
     models: list[ModelFigures] = field(default_factory=list)  # the primary first, then the shadows
     query_connections: int = 0  # query connections open now (TCP and Unix)
     query_rejected: Counter[str] = field(default_factory=Counter)  # by reason (QUERY_REJECT_REASONS)
+    storage_ok: bool = True  # the last journal write and the last checkpoint succeeded
+    intake_paused: bool = False  # a batch waits for the journal (disk full): the queue is not read
+    storage_errors: Counter[str] = field(default_factory=Counter)  # by op (STORAGE_OPS)

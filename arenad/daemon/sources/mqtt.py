@@ -48,6 +48,7 @@ import asyncio
 import functools
 import random
 import ssl
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,27 @@ class MqttStatus:
     received: int = 0  # PUBLISH packets taken from the broker (redeliveries included)
     last_error: str = ""  # why the last connection attempt or connection failed
     retained_skipped: int = 0  # retained messages acknowledged and ignored
+    #: Seconds spent not connected in outages that have ended (see ``disconnected_seconds``).
+    down_seconds: float = 0.0
+    #: ``time.monotonic()`` when the current outage began; ``None`` while connected or not running.
+    down_since: float | None = None
+
+    def mark_down(self, now: float) -> None:
+        """The source is running and not connected from ``now`` on (start-up or a lost session)."""
+        if self.down_since is None:
+            self.down_since = now
+
+    def mark_up(self, now: float) -> None:
+        """Connected and subscribed at ``now``: the outage in progress, if any, ends."""
+        if self.down_since is not None:
+            self.down_seconds += max(0.0, now - self.down_since)
+            self.down_since = None
+
+    def disconnected_seconds(self, now: float) -> float:
+        """Seconds the running source has spent without a session, the outage in progress included
+        (start-up before the first connection counts: events may be waiting at the broker)."""
+        current = 0.0 if self.down_since is None else max(0.0, now - self.down_since)
+        return self.down_seconds + current
 
 
 # ---------------------------------------------------------------------------- pure helpers
@@ -432,6 +454,7 @@ async def _session(
                 log.warning("mqtt_session_lost", client_id=settings.client_id)
             status.connected = True
             status.connects += 1
+            status.mark_up(time.monotonic())
             log.info(
                 "mqtt_connected",
                 url=settings.url,
@@ -451,6 +474,7 @@ async def _session(
             if status.connected:
                 status.connected = False
                 status.disconnects += 1
+                status.mark_down(time.monotonic())
 
 
 def _refused(code: object) -> bool:
@@ -479,6 +503,7 @@ async def run_mqtt(
     tls = tls_context(settings)
     stop_waiter = asyncio.ensure_future(stop.wait())
     failures = 0
+    status.mark_down(time.monotonic())  # not connected yet: the outage metric counts from here
     try:
         while not stop.is_set():
             client = _ManualAckClient(
@@ -514,3 +539,4 @@ async def run_mqtt(
     finally:
         stop_waiter.cancel()
         status.connected = False
+        status.mark_up(time.monotonic())  # stopped on purpose: no longer an outage
