@@ -51,7 +51,7 @@ from typing import Any
 import trueskill  # type: ignore[import-untyped]  # dev extra, no type information
 from openskill.models import PlackettLuce, PlackettLuceRating
 
-from arenad.models import BUILTIN_MODELS, MatchModel, is_offline
+from arenad.models import BUILTIN_MODELS, MatchModel, is_offline, rates_matches
 from arenad.simulate import Population, event_stream
 from bench.core import engine_version, loadavg, machine
 
@@ -276,7 +276,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> Result:
     m = len(matches)
     match_rows: dict[str, Result] = {}
     for name, factory in BUILTIN_MODELS.items():
-        if not isinstance(factory(), MatchModel):
+        if not rates_matches(factory()):
             continue
         log(f"matches: {name}")
         ns = best_of(args.repeat, partial(time_matches, name, matches))

@@ -314,11 +314,48 @@ def fit_map(
 
 
 # -------------------------------------------------------------------------------- the model
-class BradleyTerry:
+class OfflineHistory:
+    """What the offline models share: players numbered in first-seen order, every kill kept as
+    (attacker, victim) numbers, and the lazy refit rule (module docstring, "Refit rule")."""
+
+    params: Any  # has ``refit_every``
+    _index: dict[str, int]
+    _names: list[str]
+    _attackers: list[int]
+    _fit_kills: int  # kills covered by the last fit
+
+    def fit(self) -> None:
+        raise NotImplementedError
+
+    def _player(self, name: str) -> int:
+        i = self._index.get(name)
+        if i is None:
+            i = self._index[name] = len(self._names)
+            self._names.append(name)
+        return i
+
+    def _pending(self) -> int:
+        return len(self._attackers) - self._fit_kills
+
+    def _refresh(self, *, lag: bool) -> None:
+        """Refit if kills are pending; with ``lag``, only once they reach the refit rule's bound."""
+        pending = self._pending()
+        if pending == 0:
+            return
+        if lag and pending < min(self.params.refit_every, max(1, self._fit_kills)):
+            return
+        self.fit()
+
+    def players(self) -> list[str]:
+        return list(self._names)
+
+
+class BradleyTerry(OfflineHistory):
     """Bradley–Terry MAP over the whole kill history, refitted lazily (see the module docstring)."""
 
     kind = "bradley-terry"
     offline = True
+    params: BradleyTerryParams
 
     def __init__(self, params: BradleyTerryParams | None = None, name: str = "bradley-terry") -> None:
         self.name = name
@@ -339,25 +376,6 @@ class BradleyTerry:
         self.fits = 0
 
     # -- history and fitting -------------------------------------------------------------------
-    def _player(self, name: str) -> int:
-        i = self._index.get(name)
-        if i is None:
-            i = self._index[name] = len(self._names)
-            self._names.append(name)
-        return i
-
-    def _pending(self) -> int:
-        return len(self._attackers) - self._fit_kills
-
-    def _refresh(self, *, lag: bool) -> None:
-        """Refit if kills are pending; with ``lag``, only once they reach the refit rule's bound."""
-        pending = self._pending()
-        if pending == 0:
-            return
-        if lag and pending < min(self.params.refit_every, max(1, self._fit_kills)):
-            return
-        self.fit()
-
     def fit(self) -> None:
         """Refit over the whole history now if any kill arrived since the last fit."""
         if self._pending() == 0:
@@ -425,9 +443,6 @@ class BradleyTerry:
 
     def display(self, player: str) -> float:
         return self.rating(player) - Z95 * self.standard_error(player)
-
-    def players(self) -> list[str]:
-        return list(self._names)
 
     # -- the Arena's leaderboard (seed 002) ----------------------------------------------------
     def confidence_intervals(self, level: float = 0.95) -> dict[str, tuple[float, float]]:

@@ -71,6 +71,7 @@ from arenad.models.bradley_terry import (
     LN10,
     MIN_STEP,
     RESOLUTION,
+    OfflineHistory,
     PairCounts,
     conjugate_gradient,
     converged,
@@ -509,11 +510,12 @@ def common_shift(first_days: FloatArray) -> float:
 
 
 # -------------------------------------------------------------------------------- the model
-class WholeHistoryRating:
+class WholeHistoryRating(OfflineHistory):
     """Coulom's Whole-History Rating over the kill history, refitted lazily (module docstring)."""
 
     kind = "whr"
     offline = True
+    params: WHRParams
 
     def __init__(self, params: WHRParams | None = None, name: str = "whr") -> None:
         self.name = name
@@ -535,30 +537,11 @@ class WholeHistoryRating:
         self.fits = 0
 
     # -- history and fitting -------------------------------------------------------------------
-    def _player(self, name: str) -> int:
-        i = self._index.get(name)
-        if i is None:
-            i = self._index[name] = len(self._names)
-            self._names.append(name)
-        return i
-
     def _day(self, t: float) -> int:
         # Days are int64 in the fit: 1e15 s is some thirty million years either side of 1970.
         if not (math.isfinite(t) and abs(t) <= MAX_SECONDS):
             raise ValueError(f"event time t={t!r} is not finite or beyond ±{MAX_SECONDS:g} s")
         return math.floor(t / self.params.day_seconds)
-
-    def _pending(self) -> int:
-        return len(self._attackers) - self._fit_kills
-
-    def _refresh(self, *, lag: bool) -> None:
-        """Refit if kills are pending; with ``lag``, only once they reach the refit rule's bound."""
-        pending = self._pending()
-        if pending == 0:
-            return
-        if lag and pending < min(self.params.refit_every, max(1, self._fit_kills)):
-            return
-        self.fit()
 
     def graph(self) -> HistoryGraph:
         """The posterior of the whole history (every kill so far, not just the fitted ones)."""
@@ -649,9 +632,6 @@ class WholeHistoryRating:
             (d, r0 + s * th, s * sg)
             for d, th, sg in zip(self._fit_days[i], self._fit_theta[i], self._fit_sigma[i], strict=True)
         ]
-
-    def players(self) -> list[str]:
-        return list(self._names)
 
     # -- state ---------------------------------------------------------------------------------
     def export_state(self) -> dict[str, Any]:
