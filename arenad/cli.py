@@ -17,6 +17,7 @@ from arenad import __version__
 from arenad.auth import Signer, parse_key
 from arenad.core.events import KillEvent, PlacementEvent
 from arenad.core.params import ADRParams
+from arenad.daemon.admin_client import add_admin_parsers, run_admin
 from arenad.daemon.emit import emit_mqtt, emit_udp, simulated_kills
 from arenad.daemon.query_client import add_query_parser, run_query
 from arenad.daemon.secrets import read_secret
@@ -36,7 +37,8 @@ from arenad.evaluation.tiers import TierRules
 from arenad.evaluation.walkforward import StreamEvent
 from arenad.feeds import discover_feeds
 from arenad.models import discover_models
-from arenad.replay import replay_files, replay_log_files, write_state
+from arenad.replay import replay_files, replay_log_files, replay_scoped, write_state
+from arenad.scopes import ScopeSet, parse_scope
 from arenad.settings import Settings, load_settings
 from arenad.simulate import (
     SCENARIOS,
@@ -71,7 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="an option for the feed parser (repeatable), e.g. bots=exclude or base_time=1700000000",
     )
-    rp.add_argument("--config", type=Path, help="TOML settings file ([adr] parameters)")
+    rp.add_argument("--config", type=Path, help="TOML settings file ([adr] parameters, [scopes])")
+    rp.add_argument(
+        "--scope",
+        default=None,
+        help="write this scope's ladder: global (default), server:ID, season, season:NAME, event:NAME",
+    )
     rp.add_argument("--out", type=Path, required=True, help="state file to write (JSON lines, best first)")
     rp.add_argument("files", type=Path, nargs="+", help="event files: JSON lines or msgpack, in order")
 
@@ -124,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     em.add_argument("--key-file", metavar="FILE", type=Path, help="file whose first line is that key (hex)")
 
     add_query_parser(sub)
+    add_admin_parsers(sub)
 
     cp = sub.add_parser("check-config", help="validate a settings file; list every problem")
     cp.add_argument("file", type=Path)
@@ -193,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _emit(args)
         if args.command == "query":
             return run_query(args)
+        if args.command in ("season", "exclude", "recompute", "admin"):
+            return run_admin(args)
         if args.command == "generate":
             return _generate(args)
         if args.command == "plugins":
@@ -220,7 +230,9 @@ def _replay(args: argparse.Namespace) -> int:
         if not f.is_file():
             print(f"arenad replay: no such file: {f}", file=sys.stderr)
             return 1
-    if args.format == "arenad" and not args.feed_option:
+    if args.scope is not None:
+        engine, summary = _replay_scope(args, settings)
+    elif args.format == "arenad" and not args.feed_option:
         engine, summary = replay_files(args.files, settings.adr)
     else:
         feeds, _errors = discover_feeds()
@@ -238,6 +250,46 @@ def _replay(args: argparse.Namespace) -> int:
     tmp.replace(args.out)
     print(json.dumps(summary.as_dict()))
     return 0
+
+
+def _replay_scope(args: argparse.Namespace, settings: Settings) -> tuple[Any, Any]:
+    """Replay through every configured scope; the ladder of ``--scope``."""
+    scopes = ScopeSet(settings.adr, settings.scopes.config())
+    try:
+        kind, _ident = parse_scope(args.scope)
+    except ValueError as e:
+        raise ConfigError([ConfigProblem("--scope", args.scope, str(e))], "command line") from None
+    if not scopes.config.on(kind):
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "--scope", args.scope, f"scope kind {kind!r} is not in [scopes] kinds of --config"
+                )
+            ],
+            "command line",
+        )
+    if args.format == "arenad" and not args.feed_option:
+        events: Iterator[Any] = itertools.chain.from_iterable(iter_file(p) for p in args.files)
+    else:
+        feeds, _errors = discover_feeds()
+        feed = feeds.get(args.format)
+        if feed is None:
+            raise ConfigError([ConfigProblem("--format", args.format, "unknown feed")], "command line")
+        events = _log_events(args.files, feed.parser(_feed_options(args.feed_option)))
+    summary = replay_scoped(events, scopes)
+    try:
+        key = scopes.resolve(args.scope)
+    except KeyError as e:
+        raise InputError(f"--scope {args.scope}: {e.args[0]}") from None
+    return scopes.engines[key], summary
+
+
+def _log_events(paths: list[Path], parser: Any) -> Iterator[Any]:
+    for path in paths:
+        for line in path.read_bytes().splitlines():
+            for item in parser.feed(line, 0.0):
+                if isinstance(item, KillEvent | PlacementEvent):
+                    yield item
 
 
 def _feed_options(pairs: list[str]) -> dict[str, object]:
@@ -485,7 +537,8 @@ def _run(args: argparse.Namespace) -> int:
 
     settings = apply_run_flags(load_settings(args.config), args)
     configure_logging(settings.log.format, settings.log.level)
-    return run_daemon(settings)
+    reload = (lambda: apply_run_flags(load_settings(args.config), args)) if args.config is not None else None
+    return run_daemon(settings, reload)
 
 
 #: `arenad run` flag -> (settings section, key) it overrides.

@@ -20,6 +20,7 @@ from arenad.core.params import ADRParams
 from arenad.decode import iter_file
 from arenad.errors import InputError
 from arenad.feeds import FeedPlugin, NonKill
+from arenad.scopes import ScopeSet
 
 
 @dataclass(slots=True)
@@ -135,6 +136,28 @@ _NONKILL_KEYS = {
     "team_kill": "team_kills",
     "bot_excluded": "bots_excluded",
 }
+
+
+def replay_scoped(events: Iterable[KillEvent | PlacementEvent | Reject], scopes: ScopeSet) -> ReplaySummary:
+    """Feed events through every scope they belong to (``arenad replay --scope``); the summary
+    counts the global ladder's outcomes."""
+    summary = ReplaySummary()
+    started = time.perf_counter()
+    for ev in events:
+        summary.events += 1
+        if isinstance(ev, Reject):
+            summary.rejected[ev.reason.value] += 1
+        elif isinstance(ev, PlacementEvent):
+            summary.placements += 1
+        else:
+            outcome = scopes.feed(ev.attacker, ev.victim, ev.t, ev.server)
+            if outcome is None:
+                summary.rejected["excluded"] += 1
+            else:
+                summary.count(outcome)
+    summary.seconds = time.perf_counter() - started
+    summary.players = len(scopes.global_engine)
+    return summary
 
 
 def ladder_rows(engine: Engine) -> Iterator[dict[str, Any]]:

@@ -21,15 +21,19 @@ from typing import Any
 from arenad.core.params import ADRParams
 from arenad.daemon.config import (
     PRIMARY_MODELS,
+    AdminSettings,
     DaemonSettings,
+    HistorySettings,
     LogSettings,
     MetricsSettings,
     ModelsSettings,
     MqttSettings,
     QuerySettings,
+    ScopesSettings,
     UdpSettings,
     section_from_mapping,
 )
+from arenad.daemon.notify import NotifySettings
 from arenad.daemon.sources.hl_udp import HlUdpSettings, hl_udp_from_mapping
 from arenad.daemon.sources.tail import TailSpec
 from arenad.errors import ConfigError, ConfigProblem
@@ -42,6 +46,10 @@ _DAEMON_SECTIONS: dict[str, type[Any]] = {
     "metrics": MetricsSettings,
     "log": LogSettings,
     "models": ModelsSettings,
+    "scopes": ScopesSettings,
+    "admin": AdminSettings,
+    "history": HistorySettings,
+    "notify": NotifySettings,
 }
 SECTIONS = ("adr", *_DAEMON_SECTIONS, "source_udp", "tail")
 
@@ -58,6 +66,10 @@ class Settings:
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     log: LogSettings = field(default_factory=LogSettings)
     models: ModelsSettings = field(default_factory=ModelsSettings)
+    scopes: ScopesSettings = field(default_factory=ScopesSettings)
+    admin: AdminSettings = field(default_factory=AdminSettings)
+    history: HistorySettings = field(default_factory=HistorySettings)
+    notify: NotifySettings = field(default_factory=NotifySettings)  # rating changes to MQTT
     source_udp: HlUdpSettings = field(default_factory=HlUdpSettings)  # Source-engine UDP logs
     tail: tuple[TailSpec, ...] = ()  # [[tail]]: game-server log files to follow
 
@@ -94,6 +106,9 @@ class Settings:
         models = sections.get("models")
         if isinstance(models, ModelsSettings) and isinstance(adr_table, Mapping):
             adr = _primary_params(adr, adr_table, models.primary, problems)
+        notify, mqtt = sections.get("notify"), sections.get("mqtt")
+        if isinstance(notify, NotifySettings) and isinstance(mqtt, MqttSettings):
+            problems.extend(notify.conflicts(mqtt))
         if problems:
             raise ConfigError(problems, source)
         return cls(adr=adr, tail=tails, source_udp=hl_udp, **sections)

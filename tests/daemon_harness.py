@@ -160,12 +160,22 @@ class DaemonProcess:
             time.sleep(0.05)
         raise AssertionError(f"condition not met within {timeout} s; last stats: {last}")
 
-    def ladder(self) -> list[dict[str, Any]]:
+    def admin(self, request: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        """One request on the admin Unix socket."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(str(self.addresses["admin"]))
+            s.sendall(json.dumps(request).encode() + b"\n")
+            return dict(json.loads(_read_line(s)))
+
+    def ladder(self, scope: str = "global") -> list[dict[str, Any]]:
         """Every player's row, best first (top with n = the number of players)."""
-        players = int(self.stats()["players"])
+        players = int(self.query({"op": "stats", "scope": scope})["players"])
         rows: list[dict[str, Any]] = []
         while len(rows) < players:
-            out = self.query({"op": "top", "n": min(1000, players - len(rows)), "offset": len(rows)})
+            out = self.query(
+                {"op": "top", "n": min(1000, players - len(rows)), "offset": len(rows), "scope": scope}
+            )
             assert out["ok"], out
             rows.extend(out["players"])
         return rows

@@ -189,11 +189,19 @@ class Engine:
             p.sigma_peak, p.sigma_peak * p.sigma_peak, p.eta_min, p.eta_max - p.eta_min,
             p.window_len, p.rho_s, p.s_max, p.rho_v / p.w_ref, p.gamma_phi, p.c_loss,
             p.loser_rule == "corrected", p.pool_losses, p.delta_max, 1.0 / (p.gamma * p.gamma),
-            p.lambda_phi, 1.0 - p.lambda_phi, p.n_active, p.n_min,
+            p.lambda_phi, 1.0 - p.lambda_phi, p.n_active, p.n_min, p.decay,
         )  # fmt: skip
+        # Season placement (issue 6): after a season reset a player places again per §6.1 on
+        # the events it has played since (n - n0). None until a reset, so other ladders pay nothing.
+        self._n0: array[int] | None = None
+        # Inactivity sweep (ADRParams.idle_after): the next event time a sweep is due.
+        self.next_sweep = -_INF
+        self.sweeps = 0
         # Visible change of the last applied update (the §8.4/§4.2-bounded update, not decay).
         self.last_delta_attacker = 0.0
         self.last_delta_victim = 0.0
+        #: The leaderboard this engine is (arenad.scopes sets it; a label only).
+        self.scope = "global"
 
     # ------------------------------------------------------------------ players
     def __len__(self) -> int:
@@ -219,6 +227,8 @@ class Engine:
         self._active.append(0)
         self._wring.extend(_zeros(p.window_len))
         self._aring.extend(_zeros(p.n_active))
+        if self._n0 is not None:
+            self._n0.append(0)
         self._ladder.add(-r0, i)
         self._sum_r_all += r0
         self._sum_sigma += p.sigma0
@@ -315,7 +325,7 @@ class Engine:
         (
             t_return_s, returning_events, tau_s, drift_s, smax, smin, theta, lam, speak, speak2,
             eta_min, span, wlen, rho_s, s_max, rho_v_w, gamma_phi, c_loss, corrected, pool_losses,
-            dmax, inv_g2, lp, keep_phi, n_act, n_min,
+            dmax, inv_g2, lp, keep_phi, n_act, n_min, decay_on,
         ) = self._k  # fmt: skip
         r_arr = self._r
         s_arr = self._sigma
@@ -332,12 +342,15 @@ class Engine:
         lb = last_arr[b]
 
         # Step 2: returning players (§8.2/§8.3 apply for the next `returning_events` events).
+        # `_last` is the time decay was applied up to, which an inactivity sweep moves on; the
+        # time of the last counted event is the newest slot of the activity ring.
+        aring = self._aring
         ret_a = ret[a]
         ret_b = ret[b]
-        if na and t - la > t_return_s:
+        if na and t - aring[a * n_act + (na - 1) % n_act] > t_return_s:
             ret_a = returning_events
             ret[a] = ret_a
-        if nb and t - lb > t_return_s:
+        if nb and t - aring[b * n_act + (nb - 1) % n_act] > t_return_s:
             ret_b = returning_events
             ret[b] = ret_b
 
@@ -348,12 +361,12 @@ class Engine:
         n_active = self._n_active
         n_players = len(self.names)
         mean = self._sum_r_active / n_active if n_active else self._sum_r_all / n_players
-        if na and t > la:
+        if decay_on and na and t > la:
             ra = mean + (ra - mean) * exp(-(t - la) / tau_s)
             sa += drift_s * (t - la)
             if sa > smax:
                 sa = smax
-        if nb and t > lb:
+        if decay_on and nb and t > lb:
             rb = mean + (rb - mean) * exp(-(t - lb) / tau_s)
             sb += drift_s * (t - lb)
             if sb > smax:
@@ -483,7 +496,6 @@ class Engine:
         if rb_new != rb_old:
             move(-rb_old, -rb_new, b)
         # §2.3 activity ring: the time of this counted event.
-        aring = self._aring
         aring[a * n_act + na % n_act] = t
         aring[b * n_act + nb % n_act] = t
         if not active_a and na + 1 >= n_act:
@@ -567,8 +579,10 @@ class Engine:
         p = self.params
         k = self._tier[i]
         if k == 0:
-            # §6.1 placement: enough evidence and low enough uncertainty.
-            if self._n[i] >= p.n_min and sigma <= p.sigma_place:
+            # §6.1 placement: enough evidence (this season's, after a reset) and low enough
+            # uncertainty.
+            n = self._n[i] if self._n0 is None else self._n[i] - self._n0[i]
+            if n >= p.n_min and sigma <= p.sigma_place:
                 k = 1 + bisect_left(self._neg_bounds, -r)
                 self._tier[i] = k
                 self._tier_counts[k] += 1
@@ -662,7 +676,132 @@ class Engine:
             return None
         if self._expiry and self._expiry[0][0] <= now:
             self._expire(now)
+        p = self.params
+        if p.idle_after > 0 and now >= self.next_sweep:
+            self.next_sweep = now + p.sweep_interval
+            self.sweep(now)
         return now
+
+    def sweep(self, now: float) -> int:
+        """Inactivity sweep: the §5 decay, applied now to every player idle for > idle_after days.
+
+        The decay is the one ``apply`` would apply at the player's next event (toward the current
+        active mean, sigma drifting up), so a ghost's rating leaves the top of the ladder without
+        waiting for a next event that may never come. ``_last`` moves to ``now``, so the next
+        event decays only the remainder; "returning" (§8) still counts from the last real event
+        (the activity ring). Placed players whose rating left their tier band go through the §6.4
+        accumulators, the same hysteresis as after an event. Returns how many players changed.
+        Runs at a recalibration point, so a replay of the same events sweeps at the same times.
+        """
+        p = self.params
+        size = len(self.names)
+        if not p.decay or not size:
+            return 0
+        self.sweeps += 1
+        day = p.day_seconds
+        last = np.frombuffer(self._last, dtype=np.float64)
+        count = np.frombuffer(self._n, dtype=np.int64)
+        idle = np.flatnonzero((count > 0) & (last < now - p.idle_after * day))
+        if not idle.size:
+            return 0
+        r = np.frombuffer(self._r, dtype=np.float64)
+        sig = np.frombuffer(self._sigma, dtype=np.float64)
+        mean = self._sum_r_active / self._n_active if self._n_active else self._sum_r_all / size
+        dt = now - last[idle]
+        old_r = r[idle]
+        new_r = np.clip(mean + (old_r - mean) * np.exp(-dt / (p.tau * day)), self._r_lo, self._r_hi)
+        old_s = sig[idle]
+        new_s = np.minimum(p.sigma_max, old_s + (p.sigma_drift / day) * dt)
+        r[idle] = new_r
+        sig[idle] = new_s
+        last[idle] = now
+        moved = idle[new_r != old_r]
+        self._sum_r_all += float(np.sum(new_r - old_r))
+        self._sum_sigma += float(np.sum(new_s - old_s))
+        act = np.frombuffer(self._active, dtype=np.uint8)[idle].astype(bool)
+        if act.any():
+            self._sum_r_active += float(np.sum(new_r[act] - old_r[act]))
+        del r, sig, last, count  # release the buffers: the columns must stay resizable
+        moved_ids = moved.tolist()
+        old_of = dict(zip(idle.tolist(), old_r.tolist(), strict=True))
+        rr = self._r
+        if len(moved_ids) > size // 4:
+            self._ladder = Ladder((-rr[i], i) for i in range(size))
+        else:
+            move = self._ladder.move
+            for i in moved_ids:
+                move(-old_of[i], -rr[i], i)
+        tier = self._tier
+        bounds = self._bounds
+        for i in moved_ids:
+            k = tier[i]
+            if k and not bounds[k] <= rr[i] < bounds[k - 1]:
+                self._tiers_after_event(i, rr[i], self._sigma[i])
+        return len(moved_ids)
+
+    # ------------------------------------------------------------------ seasons
+    def band_anchor(self, k: int) -> float:
+        """The centre of tier band ``k`` (1..15) in internal units (seed 001 §4.1 mu_target).
+
+        Tier k spans [B_k, B_{k-1}). The top band has no upper and the bottom band no lower
+        boundary: each is taken as wide as its neighbour (1H as wide as 1M, 5L as 5M), so its
+        centre lies half that width beyond its one boundary (docs/adr.md "Season resets").
+        """
+        b = self._bounds
+        if k == 1:
+            return b[1] + (b[1] - b[2]) / 2.0
+        if k == TIER_COUNT:
+            return b[TIER_COUNT - 1] - (b[TIER_COUNT - 2] - b[TIER_COUNT - 1]) / 2.0
+        return (b[k] + b[k - 1]) / 2.0
+
+    def season_reset(self, alpha: float, lam: float) -> None:
+        """Seed 001 §4.1 season reset of every player, then placement restarts (§6.1).
+
+        sigma <- min(sigma_max, alpha sigma); mu <- (1 - lam) mu + lam mu_anchor, mu_anchor the
+        centre of the player's tier band (an unplaced player: the band its rating lies in). Every
+        player becomes unplaced with empty accumulators and places again after n_min events of
+        the new season with sigma <= sigma_place. Ratings, streaks, trends and the cooldown
+        otherwise carry over; the boundaries stay and keep recalibrating.
+        """
+        if not (alpha >= 1.0 and 0.0 <= lam <= 1.0 and isfinite(alpha)):
+            raise ValueError(f"season reset needs alpha >= 1 and lambda in [0, 1], got {alpha!r}, {lam!r}")
+        p = self.params
+        size = len(self.names)
+        rr = self._r
+        ss = self._sigma
+        tier = self._tier
+        neg = self._neg_bounds
+        anchors = [self.band_anchor(k) for k in range(1, TIER_COUNT + 1)]
+        lo, hi = self._r_lo, self._r_hi
+        smax = p.sigma_max
+        for i in range(size):
+            k = tier[i] or 1 + bisect_left(neg, -rr[i])
+            r = (1.0 - lam) * rr[i] + lam * anchors[k - 1]
+            rr[i] = lo if r < lo else hi if r > hi else r
+            s = alpha * ss[i]
+            ss[i] = s if s < smax else smax
+        self._tier = bytearray(size)
+        self._tier_counts = [0] * (TIER_COUNT + 1)
+        self._h = array("d", bytes(8 * size))
+        self._n0 = array("q", self._n)
+        self._ladder = Ladder((-rr[i], i) for i in range(size))
+        self._resum()
+
+    def _resum(self) -> None:
+        """Population sums recomputed exactly from the columns."""
+        r = np.frombuffer(self._r, dtype=np.float64)
+        mask = np.frombuffer(self._active, dtype=np.uint8).astype(bool)
+        self._sum_r_all = math.fsum(r.tolist()) if len(r) < 4096 else float(np.sum(r))
+        self._sum_r_active = float(np.sum(r[mask])) if self._n_active else 0.0
+        self._sum_sigma = float(np.sum(np.frombuffer(self._sigma, dtype=np.float64)))
+
+    def placement_events(self, i: int) -> int:
+        """Events that count toward §6.1 placement: all of them, or this season's after a reset."""
+        return self._n[i] if self._n0 is None else self._n[i] - self._n0[i]
+
+    def copy(self) -> Engine:
+        """An independent engine in exactly this state (a season carries over from it)."""
+        return Engine.from_state(self.export_state(), self.params)
 
     def plan_recalibration(self, now: float) -> RecalibrationPlan:
         """Step 2 (reads only, numpy; safe in a worker thread while others only read)."""
@@ -739,6 +878,14 @@ class Engine:
     def mu(self, i: int) -> float:
         return self._r[i] + self.offset
 
+    def sigma(self, i: int) -> float:
+        return self._sigma[i]
+
+    def tier_index(self, name: str) -> int:
+        """Tier of a player by name: 1..15, 0 when unplaced or unknown."""
+        i = self.ids.get(name)
+        return 0 if i is None else self._tier[i]
+
     def tier_of(self, i: int) -> str | None:
         k = self._tier[i]
         return TIER_NAMES[k - 1] if k else None
@@ -782,12 +929,23 @@ class Engine:
             trend=self._phi[i],
             pool=self._pool[i],
             n=self._n[i],
-            last_t=self._last[i] if self._n[i] else None,
+            last_t=self.last_event_time(i),
             tier=self.tier_of(i),
             rank=self.rank(i),
             returning_left=self._ret[i],
             active=bool(self._active[i]),
         )
+
+    def last_event_time(self, i: int) -> float | None:
+        """Time of player ``i``'s last counted event (the newest slot of its activity ring)."""
+        n = self._n[i]
+        if not n:
+            return None
+        na = self.params.n_active
+        return self._aring[i * na + (n - 1) % na]
+
+    def is_active(self, i: int) -> bool:
+        return bool(self._active[i])
 
     def predict(self, i: int, j: int) -> float:
         """§3.1 P(i kills j) from stored ratings and the current D(t)."""
@@ -870,6 +1028,8 @@ class Engine:
                 "last_delta_victim": self.last_delta_victim,
             },
             "rejected": dict(self.rejected),
+            "season": None if self._n0 is None else {"n0": self._n0.tobytes()},
+            "sweep": {"next": self.next_sweep, "count": self.sweeps},
         }
 
     @classmethod
@@ -940,6 +1100,16 @@ class Engine:
         eng.last_delta_attacker = sc["last_delta_attacker"]
         eng.last_delta_victim = sc["last_delta_victim"]
         eng.rejected = dict(state["rejected"])
+        season = state.get("season")
+        if season is not None:
+            n0 = array("q")
+            n0.frombytes(season["n0"])
+            if len(n0) != size:
+                raise ValueError(f"state season column has {len(n0)} players, expected {size}")
+            eng._n0 = n0
+        sweep = state.get("sweep") or {}
+        eng.next_sweep = float(sweep.get("next", -_INF))
+        eng.sweeps = int(sweep.get("count", 0))
         counts = [0] * (TIER_COUNT + 1)
         for k in eng._tier:
             counts[k] += 1

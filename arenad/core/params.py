@@ -106,6 +106,14 @@ class ADRParams:
     max_players: int = 2_000_000
     #: What happens at the cap: "refuse_new" rejects the event (reason ``player_cap``).
     player_cap_policy: PlayerCapPolicy = "refuse_new"
+    #: §5 decay on/off. Off for event scopes (a tournament is a fixed window: seed 003).
+    decay: bool = True
+    #: Inactivity sweep (issue 6, docs/adr.md): players idle for more than ``idle_after`` days
+    #: get the §5 decay applied at the sweep instead of only at their next event, so ghosts leave
+    #: the top of the ladder and their tiers. 0 = off (the paper's lazy decay only).
+    idle_after: float = 0.0
+    #: Event-time seconds between two sweeps; a sweep runs at the first recalibration after it.
+    sweep_interval: float = 86400.0
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -208,6 +216,8 @@ class ADRParams:
         need(v.initial_spread > 0, "initial_spread", "must be > 0")
         need(v.recalibrate_interval > 0, "recalibrate_interval", "must be > 0 (seconds)")
         need(v.late_tolerance >= 0, "late_tolerance", "must be >= 0 (seconds)")
+        need(v.idle_after >= 0, "idle_after", "must be >= 0 (days; 0 turns the inactivity sweep off)")
+        need(v.sweep_interval > 0, "sweep_interval", "must be > 0 (seconds)")
         need(
             2 <= v.max_players <= PLAYER_ID_LIMIT,
             "max_players",

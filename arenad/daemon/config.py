@@ -12,12 +12,23 @@ import ipaddress
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 from arenad.auth import KEY_ID_PATTERN
 from arenad.errors import ConfigProblem
 from arenad.models import discover_models, is_offline
+from arenad.scopes import (
+    NAME_PATTERN,
+    RESET_PRESETS,
+    SCOPE_KINDS,
+    SEASON_CALENDARS,
+    EventWindow,
+    Reset,
+    ScopeConfig,
+    SeasonStart,
+)
 
 
 def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int]:
@@ -445,8 +456,220 @@ def _shadow_problems(primary: str | None, shadows: tuple[str, ...]) -> list[Conf
     return out
 
 
+def _when(value: object) -> float | None:
+    """A TOML offset date-time (``2026-01-01T00:00:00Z``) or unix seconds -> seconds; else None."""
+    if isinstance(value, datetime):
+        return value.timestamp() if value.tzinfo is not None else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ScopesSettings:
+    """``[scopes]``: which leaderboards exist besides the global one (``arenad.scopes``)."""
+
+    kinds: tuple[str, ...] = ("global",)  # of "global", "server", "season", "event"
+    servers: tuple[str, ...] = ()  # server ids with their own metric series (bounded cardinality)
+    max_servers: int = 1000  # most server scopes (a flood of invented server ids stops here)
+    season_calendar: str = "none"  # "monthly", "quarterly", "yearly" (UTC) or "none"
+    season_reset: str = "softer"  # continuous | softer | soft | hard | custom
+    season_alpha: float = 1.0  # with season_reset = "custom": sigma expansion (seed 001 §4.1)
+    season_lambda: float = 0.0  # with season_reset = "custom": pull toward the tier band's centre
+    season: tuple[Any, ...] = ()  # [[scopes.season]] name, start
+    event: tuple[Any, ...] = ()  # [[scopes.event]] name, start, end, servers
+
+    def reset(self) -> Reset:
+        if self.season_reset == "custom":
+            return Reset(float(self.season_alpha), float(self.season_lambda))
+        return RESET_PRESETS.get(self.season_reset, RESET_PRESETS["softer"])
+
+    def config(self) -> ScopeConfig:
+        """The pure core's view (call on valid settings only)."""
+        seasons = tuple(
+            sorted(
+                (SeasonStart(str(e["name"]), _when(e["start"]) or 0.0) for e in self.season),
+                key=lambda s: s.start,
+            )
+        )
+        events = tuple(
+            EventWindow(
+                str(e["name"]),
+                _when(e["start"]) or 0.0,
+                _when(e["end"]) or 0.0,
+                frozenset(str(x) for x in e.get("servers", ())),
+            )
+            for e in self.event
+        )
+        return ScopeConfig(
+            kinds=tuple(self.kinds),
+            max_servers=self.max_servers,
+            season_calendar=self.season_calendar,
+            seasons=seasons,
+            season_reset=self.reset(),
+            events=events,
+        )
+
+    def problems(self) -> list[ConfigProblem]:
+        out: list[ConfigProblem] = []
+        kinds = self.kinds
+        if not isinstance(kinds, tuple) or not all(isinstance(k, str) for k in kinds):
+            out.append(ConfigProblem("scopes.kinds", kinds, f"must be a list of: {', '.join(SCOPE_KINDS)}"))
+        else:
+            for k in kinds:
+                if k not in SCOPE_KINDS:
+                    out.append(
+                        ConfigProblem(
+                            "scopes.kinds", k, f"unknown scope kind (known: {', '.join(SCOPE_KINDS)})"
+                        )
+                    )
+            if len(set(kinds)) != len(kinds):
+                out.append(ConfigProblem("scopes.kinds", list(kinds), "lists a kind twice"))
+            if "global" not in kinds:
+                out.append(
+                    ConfigProblem(
+                        "scopes.kinds",
+                        list(kinds),
+                        'must include "global" (the ladder every query falls back to)',
+                    )
+                )
+        if not isinstance(self.servers, tuple) or not all(isinstance(x, str) and x for x in self.servers):
+            out.append(ConfigProblem("scopes.servers", self.servers, "must be a list of server ids"))
+        _need_num(out, "scopes", self, "max_servers", lo=0, integer=True)
+        if self.season_calendar not in SEASON_CALENDARS:
+            out.append(
+                ConfigProblem(
+                    "scopes.season_calendar",
+                    self.season_calendar,
+                    f"must be one of: {', '.join(SEASON_CALENDARS)}",
+                )
+            )
+        presets = (*RESET_PRESETS, "custom")
+        if self.season_reset not in presets:
+            out.append(
+                ConfigProblem(
+                    "scopes.season_reset", self.season_reset, f"must be one of: {', '.join(presets)}"
+                )
+            )
+        _need_num(out, "scopes", self, "season_alpha", lo=1.0, hi=3.0)
+        _need_num(out, "scopes", self, "season_lambda", lo=0.0, hi=1.0)
+        names: set[str] = set()
+        if not isinstance(self.season, tuple):
+            out.append(
+                ConfigProblem("scopes.season", self.season, "must be an array of tables: [[scopes.season]]")
+            )
+        else:
+            for n, e in enumerate(self.season):
+                out.extend(_window_problems(f"scopes.season[{n}]", e, ("name", "start"), names))
+            if self.season and self.season_calendar != "none":
+                out.append(
+                    ConfigProblem(
+                        "scopes.season",
+                        len(self.season),
+                        "give either season_calendar or [[scopes.season]], not both",
+                    )
+                )
+        event_names: set[str] = set()
+        if not isinstance(self.event, tuple):
+            out.append(
+                ConfigProblem("scopes.event", self.event, "must be an array of tables: [[scopes.event]]")
+            )
+        else:
+            for n, e in enumerate(self.event):
+                out.extend(
+                    _window_problems(
+                        f"scopes.event[{n}]", e, ("name", "start", "end", "servers"), event_names
+                    )
+                )
+        return out
+
+
+def _window_problems(
+    where: str, entry: object, keys: tuple[str, ...], names: set[str]
+) -> list[ConfigProblem]:
+    out: list[ConfigProblem] = []
+    if not isinstance(entry, Mapping):
+        return [ConfigProblem(where, entry, "must be a table")]
+    for key in entry:
+        if key not in keys:
+            out.append(ConfigProblem(f"{where}.{key}", entry[key], f"unknown key (known: {', '.join(keys)})"))
+    name = entry.get("name")
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        out.append(ConfigProblem(f"{where}.name", name, "must be 1-64 letters, digits, '.', '_' or '-'"))
+    elif name in names:
+        out.append(ConfigProblem(f"{where}.name", name, "used twice"))
+    else:
+        names.add(name)
+    for key in ("start", "end"):
+        if key in keys and _when(entry.get(key)) is None:
+            out.append(
+                ConfigProblem(
+                    f"{where}.{key}",
+                    entry.get(key),
+                    "must be a date-time with a zone (2026-01-01T00:00:00Z) or unix seconds",
+                )
+            )
+    start, end = _when(entry.get("start")), _when(entry.get("end"))
+    if "end" in keys and start is not None and end is not None and end <= start:
+        out.append(ConfigProblem(f"{where}.end", entry.get("end"), "must be after start"))
+    servers = entry.get("servers", [])
+    if "servers" in keys and (
+        not isinstance(servers, list) or not all(isinstance(x, str) and x for x in servers)
+    ):
+        out.append(ConfigProblem(f"{where}.servers", servers, "must be a list of server ids"))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class AdminSettings:
+    """``[admin]``: season start, exclude, recompute and reload. Never on the public query port:
+    a Unix socket (filesystem permissions decide who may) and, optionally, TCP with a token."""
+
+    unix: str = "admin.sock"  # relative paths are inside [daemon] state_dir; "off" disables
+    listen: str = "off"  # TCP "HOST:PORT" for admin with a token; needs token_file
+    token_file: str = ""  # file holding the token (at least 16 characters)
+
+    @property
+    def tcp_enabled(self) -> bool:
+        return not _off(self.listen)
+
+    def problems(self) -> list[ConfigProblem]:
+        out: list[ConfigProblem] = []
+        _need_str(out, "admin", self, "unix")
+        _need_str(out, "admin", self, "token_file")
+        if _need_str(out, "admin", self, "listen") and self.tcp_enabled:
+            _need_hostport(out, "admin.listen", self.listen)
+            if not self.token_file:
+                out.append(
+                    ConfigProblem("admin.listen", self.listen, "admin over TCP needs admin.token_file")
+                )
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySettings:
+    """``[history]``: the compressed event archive and snapshots kept for recompute."""
+
+    archive: bool = True  # keep every journaled event (compressed) instead of deleting it
+    archive_file_bytes: int = 64 << 20  # start a new archive file past this size
+    snapshot_interval: float = 3600.0  # seconds between checkpoints kept as snapshots
+    snapshots_kept: int = 48
+
+    def problems(self) -> list[ConfigProblem]:
+        out: list[ConfigProblem] = []
+        if not isinstance(self.archive, bool):
+            out.append(ConfigProblem("history.archive", self.archive, "must be true or false"))
+        _need_num(out, "history", self, "archive_file_bytes", lo=4096, integer=True)
+        _need_num(out, "history", self, "snapshot_interval", lo=0.1)
+        _need_num(out, "history", self, "snapshots_kept", lo=1, integer=True)
+        return out
+
+
 SectionType = (
-    DaemonSettings
+    ScopesSettings
+    | AdminSettings
+    | HistorySettings
+    | DaemonSettings
     | UdpSettings
     | MqttSettings
     | QuerySettings

@@ -66,6 +66,14 @@ def configure_logging(fmt: str = "auto", level: str = "info") -> None:
     )
 
 
+def configure_level(level: str) -> None:
+    """Change the minimum level of a configured structlog (the admin ``reload``)."""
+    min_level = LEVELS.get(level.lower())
+    if min_level is None:
+        raise ValueError(f"log level {level!r}: must be one of {', '.join(LEVELS)}")
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(min_level))
+
+
 class WarningLogger(Protocol):
     """The part of a structlog logger that ``RejectWarnings`` uses."""
 
@@ -98,6 +106,14 @@ class RejectWarnings:
         self._clock = clock
         self._log: WarningLogger = structlog.get_logger("arenad.rejects") if logger is None else logger
         self._reasons: dict[str, _ReasonState] = {}  # a handful of reject reasons: bounded
+
+    @property
+    def interval(self) -> float:
+        return self._interval
+
+    @interval.setter
+    def interval(self, value: float) -> None:
+        self._interval = value
 
     def reject(self, reason: str, source: str, detail: str) -> None:
         """Note one reject; log it if its reason has not been warned about within the interval."""

@@ -181,7 +181,71 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
     for op in sorted({*STORAGE_OPS, *snap.storage_errors}):
         storage_errors.add_metric([op], snap.storage_errors.get(op, 0))
     yield storage_errors
+    yield from _scope_families(snap)
     yield from _model_families(snap.models)
+
+
+def _scope_families(snap: MetricsSnapshot) -> Iterator[Metric]:
+    """Per-scope series: global, the current season, event scopes and the configured servers
+    only ([scopes] servers), so a flood of server ids cannot grow the label set."""
+    players = GaugeMetricFamily("arenad_scope_players", "Players with a rating, by scope.", labels=["scope"])
+    active = GaugeMetricFamily(
+        "arenad_scope_players_active", "Players in the active set, by scope.", labels=["scope"]
+    )
+    applied = CounterMetricFamily("arenad_scope_events_applied", "Kills applied, by scope.", labels=["scope"])
+    for scope, (n_players, n_active, n_applied) in sorted(snap.scopes.items()):
+        players.add_metric([scope], n_players)
+        active.add_metric([scope], n_active)
+        applied.add_metric([scope], n_applied)
+    yield players
+    yield active
+    yield applied
+    kinds = GaugeMetricFamily("arenad_scopes", "Scopes (ladders) that exist, by kind.", labels=["kind"])
+    for kind in ("global", "server", "season", "event"):
+        kinds.add_metric([kind], snap.scope_counts.get(kind, 0))
+    yield kinds
+    yield CounterMetricFamily(
+        "arenad_scopes_refused",
+        "Server scopes not created because [scopes] max_servers was reached.",
+        value=snap.scopes_refused,
+    )
+    yield CounterMetricFamily(
+        "arenad_events_excluded",
+        "Kills and placements rated nowhere because an exclusion rule matched.",
+        value=snap.excluded,
+    )
+    yield GaugeMetricFamily("arenad_exclusion_rules", "Exclusion rules in force.", value=snap.exclusion_rules)
+    yield GaugeMetricFamily(
+        "arenad_recompute_running",
+        "1 while a recompute runs in the background.",
+        value=int(snap.recompute_running),
+    )
+    yield CounterMetricFamily("arenad_recomputes", "Recomputes swapped in.", value=snap.recompute_runs)
+    yield CounterMetricFamily(
+        "arenad_recompute_failures", "Recomputes that failed.", value=snap.recompute_failures
+    )
+    yield GaugeMetricFamily(
+        "arenad_archive_bytes", "Compressed bytes of the event archive.", value=snap.archive_bytes
+    )
+    yield GaugeMetricFamily(
+        "arenad_archive_last_seq",
+        "Sequence number of the newest archived event.",
+        value=snap.archive_last_seq,
+    )
+    if snap.notify is not None:
+        yield GaugeMetricFamily(
+            "arenad_notify_connected",
+            "1 while the notification MQTT session is up.",
+            value=int(snap.notify[0]),
+        )
+        yield CounterMetricFamily(
+            "arenad_notify_published", "Rating changes published.", value=snap.notify[1]
+        )
+        yield CounterMetricFamily(
+            "arenad_notify_dropped",
+            "Rating changes dropped (queue full or broker away).",
+            value=snap.notify[2],
+        )
 
 
 #: Per-model series, labelled ``model``: (family type, name, help, value of one model's figures).
@@ -292,6 +356,12 @@ class Metrics:
             "Time to predict and rate one kill, by model (the primary: its apply alone); a sample.",
             labelnames=["model"],
             buckets=UPDATE_BUCKETS,
+            registry=self.registry,
+        )
+        self.recompute_seconds = Histogram(
+            "arenad_recompute_seconds",
+            "Time of one background recompute, from start to swap.",
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
             registry=self.registry,
         )
         self.checkpoint_seconds = Histogram(

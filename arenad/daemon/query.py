@@ -47,21 +47,26 @@ from arenad.core.params import TIER_NAMES
 from arenad.daemon.config import QuerySettings, parse_hostport
 from arenad.daemon.types import QUERY_REJECT_REASONS
 from arenad.errors import ArenadError
+from arenad.scopes import ScopeSet
 
 log = structlog.get_logger("arenad.query")
 
 #: Operations in the order they are listed in error messages.
-OPS: tuple[str, ...] = ("get", "top", "around", "tiers", "predict", "stats")
+OPS: tuple[str, ...] = ("get", "top", "around", "tiers", "predict", "stats", "scopes")
 # Fields each op accepts besides "op" and "id"; anything else is refused so a typo ("ofset") is
 # reported instead of silently falling back to a default.
 _FIELDS: dict[str, frozenset[str]] = {
-    "get": frozenset({"player"}),
-    "top": frozenset({"n", "offset"}),
-    "around": frozenset({"player", "n"}),
-    "tiers": frozenset(),
-    "predict": frozenset({"a", "b"}),
-    "stats": frozenset(),
+    "get": frozenset({"player", "scope"}),
+    "top": frozenset({"n", "offset", "scope", "active_only"}),
+    "around": frozenset({"player", "n", "scope"}),
+    "tiers": frozenset({"scope"}),
+    "predict": frozenset({"a", "b", "scope"}),
+    "stats": frozenset({"scope"}),
+    "scopes": frozenset(),
 }
+#: Inactive players a ``top`` with ``active_only`` steps over at most before it answers with
+#: what it found (each skipped entry costs about a microsecond).
+_MAX_SKIP = 200_000
 _COMMON_FIELDS = frozenset({"op", "id"})
 _ENVELOPE = frozenset({"ok", "op", "id", "error"})  # response keys no operation body may set
 #: The ``observe`` label of a request whose op is unknown or unreadable: client-chosen strings
@@ -89,7 +94,7 @@ class QueryHandler:
 
     def __init__(
         self,
-        engine: Callable[[], Engine],
+        engine: Callable[[], Engine | ScopeSet],
         settings: QuerySettings,
         stats: Callable[[], dict[str, Any]] = dict,
         observe: Callable[[str, float], None] | None = None,
@@ -113,6 +118,7 @@ class QueryHandler:
             "tiers": self._tiers,
             "predict": self._predict,
             "stats": self._stats_op,
+            "scopes": self._scopes_op,
         }
 
     # -- the protocol ----------------------------------------------------------------------
@@ -130,7 +136,7 @@ class QueryHandler:
             unknown = sorted(set(request) - _COMMON_FIELDS - _FIELDS[op])
             if unknown:
                 raise _RequestError(f"unknown field {_show(unknown[0])} for op {op!r}")
-            body = self._ops[op](self._engine(), request)
+            body = self._ops[op](self._scope_engine(request), request)
             out = _encode({"ok": True, "op": op, **head, **body})
         except _RequestError as e:
             out = _encode({"ok": False, **head, "error": str(e)})
@@ -153,21 +159,40 @@ class QueryHandler:
         self.rejected["oversize"] += 1
         return error_line(f"request line longer than {self.settings.max_line} bytes; the line was discarded")
 
+    def _scope_engine(self, req: dict[str, Any]) -> Engine:
+        """The ladder a request reads: its ``scope`` (default ``global``)."""
+        live = self._engine()
+        scope = req.get("scope", "global")
+        if not isinstance(scope, str):
+            raise _RequestError(f"field 'scope' must be a string, got {_kind(scope)}")
+        if isinstance(live, Engine):
+            if scope != "global":
+                raise _RequestError(f"no scope {_show(scope)}: this server has the global ladder only")
+            return live
+        try:
+            key = live.resolve(scope)
+        except (KeyError, ValueError) as e:
+            raise _RequestError(f"scope {_show(scope)}: {e.args[0] if e.args else e}") from None
+        return live.engines[key]
+
     # -- operations ------------------------------------------------------------------------
     def _get(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
         i = _player(eng, req, "player")
         v = eng.view(i)
         p = eng.params
         return {
+            "scope": req.get("scope", "global"),
             "player": v.player,
             "mu": v.mu,
             "sigma": v.sigma,
             "display": self._display(v.mu, v.sigma),
             "tier": v.tier,
             "placed": v.tier is not None,
-            # §6.1: a player is placed once it has n_min events and sigma <= sigma_place.
+            # Provisional = not placed yet (§6.1): n_min events (this season's, in a season scope
+            # after a reset) and sigma <= sigma_place.
+            "provisional": v.tier is None,
             "placement": {
-                "events": v.n,
+                "events": eng.placement_events(i),
                 "events_needed": p.n_min,
                 "sigma": v.sigma,
                 "sigma_needed": p.sigma_place,
@@ -185,7 +210,39 @@ class QueryHandler:
     def _top(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
         n = _int(req, "n", 1, self.settings.max_top)
         offset = _int(req, "offset", 0, None, default=0)
-        return {"n": n, "offset": offset, "total": len(eng), "players": self._rows(eng, eng.top(n, offset))}
+        active_only = req.get("active_only", False)
+        if not isinstance(active_only, bool):
+            raise _RequestError(f"field 'active_only' must be true or false, got {_kind(active_only)}")
+        if not active_only:
+            return {
+                "n": n,
+                "offset": offset,
+                "total": len(eng),
+                "players": self._rows(eng, eng.top(n, offset)),
+            }
+        # Inactive players (outside the §2.3 active set) are hidden: walk the ladder from the top,
+        # skipping them; ranks stay the ladder's own.
+        ids: list[int] = []
+        skipped = 0
+        seen_active = 0
+        truncated = False
+        for i in eng.ladder_ids():
+            if not eng.is_active(i):
+                skipped += 1
+                if skipped > _MAX_SKIP:
+                    truncated = True
+                    break
+                continue
+            seen_active += 1
+            if seen_active > offset:
+                ids.append(i)
+                if len(ids) >= n:
+                    break
+        out: dict[str, Any] = {"n": n, "offset": offset, "total": eng.active_count, "active_only": True}
+        out["players"] = self._rows(eng, ids)
+        if truncated:
+            out["truncated"] = True
+        return out
 
     def _around(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
         i = _player(eng, req, "player")
@@ -260,9 +317,23 @@ class QueryHandler:
                     "sigma": v.sigma,
                     "display": self._display(v.mu, v.sigma),
                     "tier": v.tier,
+                    "provisional": v.tier is None,
+                    "active": v.active,
                 }
             )
         return rows
+
+    def _scopes_op(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
+        live = self._engine()
+        if isinstance(live, Engine):
+            return {"scopes": [{"scope": "global", "players": len(live), "closed": False}], "season": None}
+        return {
+            "scopes": [
+                {"scope": key, "players": len(e), "active": e.active_count, "closed": key in live.closed}
+                for key, e in live.engines.items()
+            ],
+            "season": live.season,
+        }
 
     def internal_error(self, op: str, e: Exception) -> None:
         """Count a failure and log it the first time this kind is seen (``query_failed``)."""

@@ -53,12 +53,19 @@ def add_query_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "--timeout", metavar="S", type=_positive, default=DEFAULT_TIMEOUT, help="seconds to wait (default 5)"
     )
     qp.add_argument("--compact", action="store_true", help="print the response line as received")
+    qp.add_argument(
+        "--scope",
+        metavar="SCOPE",
+        default=None,
+        help="leaderboard: global (default), server:ID, season, season:NAME, event:NAME",
+    )
     ops = qp.add_subparsers(dest="query_op", metavar="OP", required=True)
     op = ops.add_parser("get", help="one player's rating, tier, placement, rank and percentile")
     op.add_argument("player")
     op = ops.add_parser("top", help="the best N players")
     op.add_argument("n", type=int)
     op.add_argument("--offset", type=int, default=0, help="skip this many players first")
+    op.add_argument("--active-only", action="store_true", help="hide players outside the active set")
     op = ops.add_parser("around", help="N players above and below PLAYER")
     op.add_argument("player")
     op.add_argument("n", type=int)
@@ -67,6 +74,7 @@ def add_query_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     op.add_argument("a")
     op.add_argument("b")
     ops.add_parser("stats", help="engine and daemon figures")
+    ops.add_parser("scopes", help="the leaderboards this daemon keeps")
     op = ops.add_parser("raw", help="send JSON text as the request, unchanged")
     op.add_argument("json")
 
@@ -91,6 +99,10 @@ def request_of(args: argparse.Namespace) -> bytes:
     elif op == "predict":
         request["a"] = args.a
         request["b"] = args.b
+    if op == "top" and args.active_only:
+        request["active_only"] = True
+    if args.scope is not None and op != "scopes":
+        request["scope"] = args.scope
     return json.dumps(request).encode("ascii") + b"\n"
 
 

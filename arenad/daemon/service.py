@@ -25,12 +25,16 @@ import contextlib
 import errno
 import fcntl
 import gc
+import json
+import math
 import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import structlog
 
@@ -43,10 +47,23 @@ from arenad.core.engine import REJECT_REASONS, Engine, Outcome
 from arenad.core.events import PlacementEvent, Reject
 from arenad.core.params import TIER_NAMES
 from arenad.daemon import sdnotify
-from arenad.daemon.config import parse_hostport
+from arenad.daemon.admin import AdminHandler, load_token, serve_admin
+from arenad.daemon.config import _off, parse_hostport
+from arenad.daemon.history import (
+    Archive,
+    History,
+    Snapshots,
+    apply_control,
+    apply_record,
+    load_scopes,
+    rebuild_from_history,
+    retire_segments,
+    write_atomic,
+)
 from arenad.daemon.intake import Intake
-from arenad.daemon.logs import RejectWarnings
+from arenad.daemon.logs import RejectWarnings, configure_level
 from arenad.daemon.metrics import Metrics, serve_metrics
+from arenad.daemon.notify import Notifier, RatingChange
 from arenad.daemon.query import QueryHandler, close_servers, serve_query
 from arenad.daemon.shadows import ModelSet, adr_prediction
 from arenad.daemon.sources.hl_udp import HlUdpSource, load_secrets, open_hl_udp
@@ -55,9 +72,11 @@ from arenad.daemon.sources.tail import LogFollower
 from arenad.daemon.sources.udp import AuthRejectCollector, load_udp_keys, open_udp
 from arenad.daemon.state import (
     Checkpoints,
+    ControlRecord,
     Journal,
     JournalRecord,
     PlacementRecord,
+    Record,
     RecoveryReport,
     StateError,
     record_seq,
@@ -65,6 +84,7 @@ from arenad.daemon.state import (
 from arenad.daemon.types import Batch, MetricsSnapshot
 from arenad.errors import ArenadError, ConfigError, ConfigProblem
 from arenad.feeds import discover_feeds
+from arenad.scopes import Exclusions, Rule, ScopeSet
 from arenad.settings import Settings
 
 log = structlog.get_logger("arenad")
@@ -92,13 +112,59 @@ CHECKPOINT_RETRY = 10.0
 STORAGE_LOG_INTERVAL = 30.0
 
 
+#: Records the recompute catches up on in the worker per round while live events keep coming,
+#: and at most how many are left for the synchronous last step before the swap.
+CATCHUP_SYNC = 5000
+CATCHUP_ROUNDS = 20
+#: A requested recompute, kept until its result is swapped in (restarted after a crash).
+RECOMPUTE_FILE = "recompute.json"
+
+
+@dataclass(slots=True)
+class RecomputeStatus:
+    running: bool = False
+    scope: str | None = None
+    from_t: float | None = None
+    reason: str = ""
+    runs: int = 0
+    failures: int = 0
+    error: str | None = None
+    seconds: float = 0.0
+    records: int = 0
+    base_seq: int = 0
+    upto: int = 0
+    caught_up: int = 0  # live events journaled while it ran, applied on top before the swap
+    finished: float = 0.0
+    swapped: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "running": self.running,
+            "scope": self.scope,
+            "from": self.from_t,
+            "reason": self.reason,
+            "runs": self.runs,
+            "failures": self.failures,
+            "error": self.error,
+            "seconds": round(self.seconds, 3),
+            "records": self.records,
+            "base_seq": self.base_seq,
+            "upto": self.upto,
+            "caught_up": self.caught_up,
+            "finished": self.finished,
+            "swapped": list(self.swapped),
+        }
+
+
 class Daemon:
     """Owns the engine, the journal and every server; ``run`` until stopped."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, reload: Callable[[], Settings] | None = None) -> None:
         self.settings = settings
+        self._load_settings = reload  # re-reads the config file for the admin "reload"
         self.state_dir = Path(settings.daemon.state_dir)
-        self.engine = Engine(settings.adr)
+        self.scope_config = settings.scopes.config()
+        self.scopes = ScopeSet(settings.adr, self.scope_config)
         self.intake = Intake(settings.daemon)
         self.queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=settings.daemon.queue_size)
         self.stop = asyncio.Event()  # SIGTERM/SIGINT: stop intake, drain, checkpoint, exit
@@ -127,6 +193,19 @@ class Daemon:
         self.mqtt_status = MqttStatus()
         self.journal = Journal(self.state_dir)
         self.checkpoints = Checkpoints(self.state_dir, keep=settings.daemon.checkpoints_kept)
+        hist = settings.history
+        self.archive: Archive | None = (
+            Archive(self.state_dir / "archive", hist.archive_file_bytes) if hist.archive else None
+        )
+        self.snapshots = Snapshots(self.state_dir / "snapshots", hist.snapshots_kept)
+        self._next_snapshot = 0.0  # monotonic time the next checkpoint is kept as a snapshot
+        self._history_pins = 0  # recomputes reading the journal: segments are not retired meanwhile
+        self.excluded = 0  # kills and placements rated nowhere (exclusion rules)
+        self.notifier: Notifier | None = Notifier(settings.notify) if settings.notify.enabled else None
+        self.recompute = RecomputeStatus()
+        self._pending_recompute: tuple[str | None, float | None, str] | None = None
+        self._swapped_unsaved = False  # a recompute result is in memory but in no checkpoint yet
+        self._recompute_task: asyncio.Task[None] | None = None
         self.models = ModelSet(settings.models)
         self.metrics = Metrics(self.snapshot)
         # Every model's histogram series exists from the start, so dashboards see each model.
@@ -150,6 +229,11 @@ class Daemon:
         self._storage_logged: dict[str, float] = {}
         self._held: tuple[list[JournalRecord], list[Batch], int] | None = None
         self._unjournaled_ids = False  # set when a held step was given up at stop (no checkpoint)
+
+    @property
+    def engine(self) -> Engine:
+        """The global ladder (the primary model's, scored against the shadows)."""
+        return self.scopes.global_engine
 
     # ------------------------------------------------------------------ metrics
     def snapshot(self) -> MetricsSnapshot:
@@ -186,7 +270,34 @@ class Daemon:
             storage_ok=not self._storage_failing,
             intake_paused=self._held is not None,
             storage_errors=Counter(self.storage_errors),
+            scopes=self._scope_figures(),
+            scope_counts=self.scopes.kind_counts(),
+            scopes_refused=sum(self.scopes.refused.values()),
+            excluded=self.excluded,
+            exclusion_rules=len(self.scopes.exclusions.rules),
+            recompute_running=self.recompute.running,
+            recompute_runs=self.recompute.runs,
+            recompute_failures=self.recompute.failures,
+            archive_bytes=0 if self.archive is None else self.archive.total_bytes,
+            archive_last_seq=0 if self.archive is None else self.archive.last_seq,
+            notify=None
+            if self.notifier is None or not self.notifier.enabled
+            else (self.notifier.connected, self.notifier.published, self.notifier.dropped),
         )
+
+    def _scope_figures(self) -> dict[str, tuple[int, int, int]]:
+        """Series for the global ladder, the current season, events and configured servers."""
+        sc = self.scopes
+        listed = {f"server:{s}" for s in self.settings.scopes.servers}
+        out = {}
+        for key, eng in sc.engines.items():
+            kind = key.partition(":")[0]
+            if kind == "server" and key not in listed:
+                continue
+            if kind == "season" and key in sc.closed:
+                continue
+            out[key] = (len(eng), eng.active_count, eng.applied)
+        return out
 
     def stats(self) -> dict[str, Any]:
         """Daemon figures merged into the query ``stats`` answer."""
@@ -196,6 +307,9 @@ class Daemon:
             "dropped": dict(self.dropped),
             "udp_auth_rejected": dict(self.udp_auth_rejected),
             "journal_seq": self.seq,
+            "excluded": self.excluded,
+            "recompute": self.recompute.as_dict(),
+            "season": self.scopes.season,
             "placements": self.placements,
             "models": {f.model: f.as_dict() for f in self.models.figures()},
             "checkpoint_seq": self.checkpoint_seq,
@@ -229,18 +343,20 @@ class Daemon:
         """Newest valid checkpoint, then the journal tail (kept for the daemon's own start)."""
         report = RecoveryReport()
         self.checkpoints.clean_temporaries()
+        if self.archive is not None:
+            self.archive.open()
         models_state: object = None
         for seq, path in self.checkpoints.list():
             try:
                 payload = Checkpoints.read(path)
-                engine = Engine.from_state(payload["engine"], self.settings.adr)
+                scopes = load_scopes(payload, self.settings.adr, self.scope_config)
                 intake = Intake(self.settings.daemon)
                 intake.import_state(payload.get("dedupe", []))
             except (StateError, ValueError, KeyError, TypeError) as e:
                 report.fallbacks += 1
                 log.warning("checkpoint_skipped", path=str(path), error=str(e))
                 continue
-            self.engine = engine
+            self.scopes = scopes
             self.intake = intake
             self.seq = seq
             self.applied = int(payload.get("applied", 0))
@@ -260,21 +376,36 @@ class Daemon:
             seq = record_seq(rec)
             if seq != self.seq + 1:
                 raise StateError(f"journal jumps from event {self.seq} to {seq}: history is missing")
-            if isinstance(rec, PlacementRecord):
+            if isinstance(rec, ControlRecord):
+                self._control(rec)
+                chunk.append(None)
+            elif isinstance(rec, PlacementRecord):
                 self.intake.remember(rec.server, rec.id, now)
-                if self.models.scoring:
-                    self.models.score_primary_placement(self.engine, rec)
-                self.placements += 1
-                chunk.append(rec)
+                if self.scopes.exclusions and self.scopes.exclusions.excludes_placement(
+                    rec.placements, rec.t, rec.server
+                ):
+                    chunk.append(None)
+                else:
+                    if self.models.scoring:
+                        self.models.score_primary_placement(self.engine, rec)
+                    self.placements += 1
+                    chunk.append(rec)
             else:
                 _seq, t, attacker, victim, server, event_id = rec
                 self.intake.remember(server, event_id, now)
-                if self.models.scoring:
-                    self.models.primary.add(adr_prediction(self.engine, attacker, victim))
-                if self._apply_one(attacker, victim, t) is Outcome.PLAYER_CAP:
-                    chunk.append(None)  # the shadows skip it, as in _apply
+                engines = self.scopes.targets(attacker, victim, t, server)
+                if engines is None:
+                    self.excluded += 1
+                    chunk.append(None)  # excluded: rated nowhere, not by the shadows either
                 else:
-                    chunk.append(rec)
+                    if self.models.scoring:
+                        self.models.primary.add(adr_prediction(self.engine, attacker, victim))
+                    outcome = engines[0].feed(attacker, victim, t)
+                    self._count_outcome(outcome)
+                    for eng in engines[1:]:
+                        eng.feed(attacker, victim, t)
+                    # A refused kill is skipped by the shadows, as in _apply.
+                    chunk.append(None if outcome is Outcome.PLAYER_CAP else rec)
             if len(chunk) >= REPLAY_CHUNK:
                 self.models.run(chunk)  # the shadows after the primary, as in _process
                 chunk = []
@@ -288,10 +419,17 @@ class Daemon:
         self.recovery = report
         return report
 
-    def _apply_one(self, attacker: str, victim: str, t: float) -> Outcome:
-        outcome = self.engine.feed(attacker, victim, t)
-        self._count_outcome(outcome)
-        return outcome
+    def _control(self, rec: ControlRecord) -> None:
+        """A journaled admin operation, live or in recovery (``history.apply_control``); an
+        exclusion rule takes effect for later events here, and for earlier ones by recompute."""
+        if rec.op == "exclude":
+            rule = Rule.from_dict(rec.args)
+            if all(r.id != rule.id for r in self.scopes.exclusions.rules):
+                self.scopes.exclusions.add(rule)
+        elif rec.op == "include":
+            self.scopes.exclusions.remove(int(rec.args["id"]))
+        else:
+            apply_control(self.scopes, rec)
 
     def _count_outcome(self, outcome: Outcome) -> None:
         if outcome is Outcome.APPLIED:
@@ -307,7 +445,7 @@ class Daemon:
             "created": time.time(),
             "applied": self.applied,
             "placements": self.placements,
-            "engine": self.engine.export_state(),
+            "scopes": self.scopes.export_state(),
             "models": self.models.export_state(),
             "dedupe": self.intake.export_state(),
             "positions": dict(self.positions),
@@ -324,14 +462,22 @@ class Daemon:
             # not journaled: a checkpoint now would refuse their redelivery after a restart.
             return
         seq = self.seq
-        if seq == self.checkpoint_seq and not self._positions_moved and self.checkpoints.list():
+        swapped = self._swapped_unsaved
+        if (
+            seq == self.checkpoint_seq
+            and not self._positions_moved
+            and not swapped
+            and self.checkpoints.list()
+        ):
             return
         started = time.perf_counter()
+
+        written: list[Path] = []
 
         def write() -> None:
             # Runs in a worker thread while the engine task waits here, so nothing mutates the
             # engine during the copy; queries keep reading it from the event loop meanwhile.
-            self.checkpoints.write(seq, self._checkpoint_payload())
+            written.append(self.checkpoints.write(seq, self._checkpoint_payload()))
 
         try:
             self.journal.open_segment(seq + 1)
@@ -342,15 +488,167 @@ class Daemon:
             self._storage_failed("checkpoint", e, seq=seq)
             return
         self._storage_recovered("checkpoint")
+        if swapped and self._pending_recompute is None and not self.recompute.running:
+            # The recomputed state is durable now: a crash from here on recovers it.
+            self._swapped_unsaved = False
+            (self.state_dir / RECOMPUTE_FILE).unlink(missing_ok=True)
         self.checkpoint_seq = seq
         self._positions_moved = False
         self.checkpoint_last_success = time.time()
-        kept = self.checkpoints.list()
-        if kept:
-            self.journal.drop_before(kept[-1][0])
+        await self._keep_history(written[0], seq)
         elapsed = time.perf_counter() - started
         self.metrics.checkpoint_seconds.observe(elapsed)
         log.debug("checkpoint_written", seq=seq, seconds=round(elapsed, 4))
+
+    # ------------------------------------------------------------------ recompute
+    def request_recompute(self, scope: str | None, from_t: float | None, reason: str) -> dict[str, Any]:
+        """Start a background recompute (or queue one behind the running one); the status.
+
+        ``scope`` is a scope key (None: every scope); ``from_t`` an event time to replay from
+        (the newest snapshot before it; None: the whole history). The request is written to
+        ``recompute.json`` first, so a crash before the swap restarts it at the next start.
+        """
+        pending = self._pending_recompute
+        if pending is not None:
+            # Merge: the widest scope and the earliest start cover both requests.
+            scope = None if scope is None or pending[0] is None or scope != pending[0] else scope
+            from_t = None if from_t is None or pending[1] is None else min(from_t, pending[1])
+        self._pending_recompute = (scope, from_t, reason)
+        write_atomic(
+            self.state_dir / RECOMPUTE_FILE,
+            json.dumps({"scope": scope, "from": from_t, "reason": reason}).encode(),
+        )
+        if self._recompute_task is None or self._recompute_task.done():
+            self._recompute_task = asyncio.create_task(self._recompute_loop(), name="recompute")
+        return self.recompute.as_dict()
+
+    async def _recompute_loop(self) -> None:
+        while self._pending_recompute is not None:
+            scope, from_t, reason = self._pending_recompute
+            self._pending_recompute = None
+            try:
+                await self._recompute_once(scope, from_t, reason)
+            except Exception as e:  # a failed recompute leaves the live state as it was
+                self.recompute.failures += 1
+                self.recompute.error = f"{type(e).__name__}: {e}"
+                log.error("recompute_failed", scope=scope, error=self.recompute.error, exc_info=e)
+            finally:
+                self.recompute.running = False
+        # recompute.json goes once a checkpoint holds the swapped-in state (checkpoint()).
+        self._swapped_unsaved = True
+
+    async def _recompute_once(self, scope: str | None, from_t: float | None, reason: str) -> None:
+        st = self.recompute
+        st.running = True
+        st.scope = scope
+        st.from_t = from_t
+        st.reason = reason
+        st.error = None
+        started = time.perf_counter()
+        upto = self.seq  # journaled and fsynced: the worker reads it from disk
+        rules = list(self.scopes.exclusions.rules)
+        log.info("recompute_started", scope=scope, from_t=from_t, upto=upto, reason=reason, rules=len(rules))
+        self._history_pins += 1
+        try:
+            result = await asyncio.to_thread(
+                rebuild_from_history,
+                self.state_dir,
+                self.settings.adr,
+                self.scope_config,
+                Exclusions(rules),
+                upto=upto,
+                from_t=from_t,
+                snapshots=self.snapshots,
+            )
+            new = result.scopes
+            caught = upto
+            # Live events kept flowing meanwhile: catch up in the worker while far behind...
+            for _ in range(CATCHUP_ROUNDS):
+                if self.seq - caught <= CATCHUP_SYNC:
+                    break
+                target = self.seq
+                await asyncio.to_thread(self._catch_up, new, caught, target)
+                caught = target
+            # ...then the last few synchronously, and swap in the same step: no await between
+            # reading self.seq and the swap, so no journaled event is missed or applied twice.
+            target = self.seq
+            self._catch_up(new, caught, target)
+            swapped = self._swap_scopes(new, scope)
+        finally:
+            self._history_pins -= 1
+        st.runs += 1
+        st.seconds = time.perf_counter() - started
+        st.records = result.records + (target - upto)
+        st.caught_up = target - upto
+        st.base_seq = result.base_seq
+        st.upto = target
+        st.swapped = swapped
+        st.finished = time.time()
+        self.metrics.recompute_seconds.observe(st.seconds)
+        log.info(
+            "recompute_swapped",
+            scope=scope,
+            base_seq=result.base_seq,
+            upto=target,
+            records=st.records,
+            scopes=swapped,
+            seconds=round(st.seconds, 3),
+        )
+
+    def _catch_up(self, scopes: ScopeSet, after: int, upto: int) -> None:
+        """Journaled records after..upto into ``scopes``, with the daemon's live semantics."""
+        if upto <= after:
+            return
+        for rec in History(self.state_dir, self.archive_reader()).records(after, upto):
+            if isinstance(rec, ControlRecord):
+                if rec.op == "exclude":
+                    scopes.exclusions.add(Rule.from_dict(rec.args))
+                elif rec.op == "include":
+                    scopes.exclusions.remove(int(rec.args["id"]))
+                else:
+                    apply_control(scopes, rec)
+            else:
+                apply_record(scopes, rec)
+
+    def archive_reader(self) -> Archive:
+        """An Archive over the same files, for reading in a worker thread."""
+        a = Archive(self.state_dir / "archive")
+        if self.archive is not None:
+            a.files = [dict(f) for f in self.archive.files]
+        else:
+            a.open()
+        return a
+
+    def _swap_scopes(self, new: ScopeSet, scope: str | None) -> list[str]:
+        """Put the recomputed state in place: all of it, or one scope's engine."""
+        if scope is None:
+            new.exclusions = Exclusions(list(self.scopes.exclusions.rules))
+            self.scopes = new
+            return new.keys()
+        if scope in new.engines:
+            self.scopes.engines[scope] = new.engines[scope]
+            return [scope]
+        return []
+
+    async def _keep_history(self, checkpoint: Path, seq: int) -> None:
+        """After a checkpoint: keep it as a snapshot when one is due, then archive and remove
+        the journal segments the oldest kept checkpoint covers (not while a recompute reads them)."""
+        h = self.settings.history
+        now = time.monotonic()
+        try:
+            if now >= self._next_snapshot:
+                clock = self.engine.clock
+                await asyncio.to_thread(
+                    self.snapshots.add, checkpoint, seq, clock if math.isfinite(clock) else 0.0
+                )
+                self._next_snapshot = now + h.snapshot_interval
+            kept = self.checkpoints.list()
+            if kept and not self._history_pins:
+                await asyncio.to_thread(retire_segments, self.journal, self.archive, kept[-1][0])
+        except (OSError, StateError) as e:
+            self._storage_failed("archive", e if isinstance(e, OSError) else OSError(0, str(e)), seq=seq)
+            return
+        self._storage_recovered("archive")
 
     # ------------------------------------------------------------------ the engine task
     async def _process(self, batches: list[Batch]) -> None:
@@ -362,6 +660,11 @@ class Daemon:
         for batch in batches:
             if batch.payload is not None:
                 handled += len(batch.decoded())  # decoding counts as work between yields
+            control = batch.control
+            if control is not None:  # an admin operation (admin.py), journaled like an event
+                seq += 1
+                control.seq = seq
+                records.append(ControlRecord(seq, control.t, control.op, control.args))
             items = batch.items
             if items:
                 self.received[batch.source] += len(items)
@@ -444,6 +747,11 @@ class Daemon:
         scoring = models.scoring
         observe_primary = models.observers.get(models.primary_name)  # set only when scoring
         engine = self.engine
+        scopes = self.scopes
+        # One ladder and no exclusion rules: the plain path below. Otherwise each kill goes to
+        # every scope it belongs to (ScopeSet.targets), each recalibrating like the global one.
+        simple = len(scopes.config.kinds) == 1 and not scopes.exclusions
+        notify = self.notifier is not None and self.notifier.enabled
         apply = engine.apply  # recalibration is handled just below, exactly as Engine.feed does
         predict = engine.predict
         ids_get = engine.ids.get
@@ -462,7 +770,18 @@ class Daemon:
         cuts: list[int] = []  # where ADR's slices since then end
         for k, rec in enumerate(records):
             assert rec is not None  # only this loop sets entries to None, behind itself
-            if isinstance(rec, PlacementRecord):
+            if isinstance(rec, ControlRecord):
+                self._control(rec)
+                records[k] = None  # nothing for the shadows
+                simple = len(scopes.config.kinds) == 1 and not scopes.exclusions
+                work += 1
+            elif isinstance(rec, PlacementRecord):
+                if scopes.exclusions and scopes.exclusions.excludes_placement(
+                    rec.placements, rec.t, rec.server
+                ):
+                    records[k] = None
+                    self.excluded += 1
+                    continue
                 # ADR does not rate matches; its predictions of the pairs are scored all the same.
                 if scoring:
                     for a, b in rec.pairs:
@@ -475,6 +794,17 @@ class Daemon:
                     scored += len(rec.pairs)
                 placements += 1
                 work += 1 + len(rec.pairs) // PAIRS_PER_EVENT
+            elif not simple or notify:
+                work += 1
+                outcome = await self._apply_scoped(rec, scoring, notify)
+                if outcome is None:
+                    records[k] = None  # excluded: the shadows skip it too
+                elif outcome is applied_outcome:
+                    applied += 1
+                else:
+                    self._count_outcome(outcome)
+                    if outcome is player_cap:
+                        records[k] = None
             else:
                 _, t, attacker, victim, _s, _i = rec
                 if scoring:
@@ -531,6 +861,65 @@ class Daemon:
         window.commit(pos, scored)
         self._sample = sample
         await self._shadows(records, start, [*cuts, len(records)])
+
+    async def _apply_scoped(self, rec: Record, scoring: bool, notify: bool) -> Outcome | None:
+        """One kill into every scope it belongs to; the global outcome (None: excluded).
+
+        Each engine recalibrates exactly where ``Engine.feed`` would, with the O(P) part in a
+        worker thread as for the plain path.
+        """
+        _, t, attacker, victim, server, _i = rec
+        engines = self.scopes.targets(attacker, victim, t, server)
+        if engines is None:
+            self.excluded += 1
+            return None
+        g = engines[0]
+        if scoring:
+            self.models.primary.add(adr_prediction(g, attacker, victim))  # §3.1, before the update
+        outcome = Outcome.APPLIED
+        for n, eng in enumerate(engines):
+            if t >= eng.next_recalibration and eng.recalibration_due_before(attacker, victim, t):
+                at = eng.begin_recalibration(t)
+                if at is not None:
+                    eng.finish_recalibration(await asyncio.to_thread(eng.plan_recalibration, at))
+            if notify:
+                before = (eng.tier_index(attacker), eng.tier_index(victim))
+                out = eng.apply(attacker, victim, t)
+                if out is Outcome.APPLIED:
+                    self._notify_changes(eng, rec, before)
+            else:
+                out = eng.apply(attacker, victim, t)
+            if n == 0:
+                outcome = out
+        return outcome
+
+    def _notify_changes(self, g: Engine, rec: Record, before: tuple[int, int]) -> None:
+        notifier = self.notifier
+        assert notifier is not None
+        _, t, attacker, victim, server, _i = rec
+        for player, old in zip((attacker, victim), before, strict=True):
+            i = g.ids[player]
+            new = g.tier_index(player)
+            if new in (old, 0):
+                kind = "rating"
+            elif old == 0:
+                kind = "placed"
+            else:
+                kind = "promoted" if new < old else "demoted"  # tier 1 (1H) is the best
+            notifier.offer(
+                RatingChange(
+                    server=server,
+                    scope=g.scope,
+                    player=player,
+                    kind=kind,
+                    tier=TIER_NAMES[new - 1] if new else None,
+                    old_tier=TIER_NAMES[old - 1] if old else None,
+                    mu=g.mu(i),
+                    sigma=g.sigma(i),
+                    rank=g.rank(i),
+                    t=t,
+                )
+            )
 
     async def _shadows(self, records: list[JournalRecord | None], lo: int, cuts: list[int]) -> None:
         """The shadow models take ``records[lo:cuts[-1]]`` in ADR's slices; queries get a turn
@@ -706,7 +1095,7 @@ class Daemon:
         hl_transport: asyncio.DatagramTransport | None = None
         try:
             handler = QueryHandler(
-                lambda: self.engine,
+                lambda: self.scopes,
                 s.query,
                 stats=self.stats,
                 observe=lambda op, sec: self.metrics.query_seconds.labels(op=op).observe(sec),
@@ -733,6 +1122,7 @@ class Daemon:
                 )
                 self.bound["source_udp"] = hl_transport.get_extra_info("sockname")[:2]
             self.followers = self._make_followers()
+            servers.extend(await self._start_admin())
             # The initial checkpoint makes the recovered state durable before new intake.
             await self.checkpoint()
             self.ready = True
@@ -740,8 +1130,19 @@ class Daemon:
             log.info(
                 "arenad_started", **{k: list(v) if isinstance(v, tuple) else v for k, v in self.bound.items()}
             )
+            pending = self.state_dir / RECOMPUTE_FILE
+            if pending.exists():  # requested before a crash or a stop: its result never landed
+                try:
+                    req = json.loads(pending.read_bytes())
+                    self.request_recompute(
+                        req.get("scope"), req.get("from"), str(req.get("reason", "restart"))
+                    )
+                except (ValueError, AttributeError) as e:
+                    log.error("recompute_request_unreadable", path=str(pending), error=str(e))
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._engine_loop(), name="engine")
+                if self.notifier is not None and self.notifier.enabled:
+                    tg.create_task(self.notifier.run(self.mqtt_stop), name="notify")
                 if s.mqtt.enabled:
                     self._mqtt_task = tg.create_task(
                         run_mqtt(s.mqtt, self.queue, self.mqtt_status, self.mqtt_stop, password),
@@ -756,9 +1157,76 @@ class Daemon:
             return 0
         finally:
             self.ready = False
+            if self._recompute_task is not None and not self._recompute_task.done():
+                self._recompute_task.cancel()  # recompute.json stays: it runs again at the next start
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._recompute_task
             for transport in (udp_transport, hl_transport):
                 if transport is not None:
                     transport.close()
+
+    async def _start_admin(self) -> list[asyncio.Server]:
+        a = self.settings.admin
+        token = load_token(a.token_file) if a.token_file else None
+        unix = None
+        if not _off(a.unix):
+            unix = Path(a.unix)
+            if not unix.is_absolute():
+                unix = self.state_dir.absolute() / unix
+        self.admin = AdminHandler(self, self.reload if self._load_settings is not None else None)
+        servers = await serve_admin(self.admin, unix, a.listen if a.tcp_enabled else None, token)
+        for srv in servers:
+            name = srv.sockets[0].getsockname()
+            self.bound.setdefault(
+                "admin" if isinstance(name, str) else "admin_tcp", name if isinstance(name, str) else name[:2]
+            )
+        return servers
+
+    #: Keys ``reload`` may change in a running daemon; anything else needs a restart.
+    RELOADABLE: ClassVar[dict[str, frozenset[str]]] = {
+        "scopes": frozenset({"event", "season", "season_reset", "season_alpha", "season_lambda", "servers"}),
+        "log": frozenset({"level", "reject_warning_interval"}),
+        "query": frozenset({"rate_limit", "burst", "max_top", "display_k"}),
+    }
+
+    def reload(self) -> list[str]:
+        """Re-read the config file and apply what can change live; names every key that cannot.
+
+        New event windows that started in the past are filled in by a recompute of that scope.
+        """
+        assert self._load_settings is not None
+        new = self._load_settings()
+        old = self.settings
+        changed: list[str] = []
+        blocked: list[str] = []
+        for section in fields(Settings):
+            a, b = getattr(old, section.name), getattr(new, section.name)
+            if a == b:
+                continue
+            if section.name not in self.RELOADABLE or not hasattr(a, "__dataclass_fields__"):
+                blocked.append(section.name)
+                continue
+            for f in fields(a):
+                if getattr(a, f.name) != getattr(b, f.name):
+                    key = f"{section.name}.{f.name}"
+                    (changed if f.name in self.RELOADABLE[section.name] else blocked).append(key)
+        if blocked:
+            raise ArenadError(f"reload refused: {', '.join(blocked)} can only change with a restart")
+        self.settings = new
+        self.scope_config = new.scopes.config()
+        self.scopes.config = self.scope_config
+        if self.query_handler is not None:
+            self.query_handler.settings = new.query
+        if new.log.level != old.log.level:
+            configure_level(new.log.level)
+        self.reject_warnings.interval = new.log.reject_warning_interval
+        old_events = {e.name for e in old.scopes.config().events}
+        clock = self.engine.clock
+        for ev in self.scope_config.events:
+            if ev.name not in old_events and ev.start < clock:
+                self.request_recompute(None, ev.start, f"reload: event {ev.name} started in the past")
+        log.info("config_reloaded", changed=changed)
+        return changed
 
     def _make_followers(self) -> list[LogFollower]:
         """One follower per ``[[tail]]`` / ``--tail``, resuming from its checkpointed position."""
@@ -796,9 +1264,9 @@ class Daemon:
             self.queue.put_nowait(Batch(source="control", items=[]))
 
 
-def run_daemon(settings: Settings) -> int:
+def run_daemon(settings: Settings, reload: Callable[[], Settings] | None = None) -> int:
     """Blocking entry point of ``arenad run``: uvloop when importable, plain asyncio otherwise."""
-    daemon = Daemon(settings)
+    daemon = Daemon(settings, reload)
     # The hot path allocates short-lived objects only; long-lived state (names, ids, dedupe keys)
     # would make every full collection walk millions of objects and stall queries for
     # milliseconds. Collect young objects less often and old ones rarely.
@@ -806,3 +1274,50 @@ def run_daemon(settings: Settings) -> int:
     if uvloop is None:  # pragma: no cover - uvloop is a dependency on Linux
         return asyncio.run(daemon.run())
     return int(uvloop.run(daemon.run()))
+
+
+def offline_recompute(
+    settings: Settings, *, scope: str | None = None, from_t: float | None = None
+) -> dict[str, Any]:
+    """``arenad recompute --offline``: rebuild a stopped daemon's scopes from history, in place.
+
+    Loads the state as the daemon would, replays the archive and journal (all of it, or from
+    the newest snapshot before ``from_t``) under the exclusion rules in force, and writes the
+    result as a new checkpoint. Refuses to run while a daemon holds the state directory.
+    """
+    daemon = Daemon(settings)
+    daemon._lock_state_dir()
+    try:
+        daemon.recover()
+        key = None
+        if scope is not None and scope != "all":
+            try:
+                key = daemon.scopes.resolve(scope)
+            except (KeyError, ValueError) as e:
+                raise ArenadError(f"--scope {scope!r}: {e.args[0] if e.args else e}") from None
+        started = time.perf_counter()
+        result = rebuild_from_history(
+            daemon.state_dir,
+            settings.adr,
+            daemon.scope_config,
+            daemon.scopes.exclusions,
+            upto=daemon.seq,
+            from_t=from_t,
+            snapshots=daemon.snapshots,
+        )
+        swapped = daemon._swap_scopes(result.scopes, key)
+        seconds = time.perf_counter() - started
+        daemon.journal.open_segment(daemon.seq + 1)
+        daemon.checkpoints.write(daemon.seq, daemon._checkpoint_payload())
+        (daemon.state_dir / RECOMPUTE_FILE).unlink(missing_ok=True)
+        return {
+            "seq": daemon.seq,
+            "base_seq": result.base_seq,
+            "records": result.records,
+            "scopes": swapped,
+            "seconds": round(seconds, 3),
+        }
+    finally:
+        daemon.journal.close()
+        if daemon._lock_fd is not None:
+            os.close(daemon._lock_fd)

@@ -50,7 +50,7 @@ import structlog
 
 from arenad.core.engine import Engine
 from arenad.daemon.config import ModelsSettings
-from arenad.daemon.state import JournalRecord, PlacementRecord
+from arenad.daemon.state import JournalRecord, PlacementRecord, record_seq
 from arenad.daemon.types import ModelFigures
 from arenad.errors import ConfigError, ConfigProblem
 from arenad.evaluation import metrics
@@ -302,6 +302,8 @@ class ModelSet:
                         shadow.matches += 1
                     countdown = countdown - 1 if countdown else UPDATE_SAMPLE - 1
                     continue
+                if not isinstance(rec, tuple):
+                    continue  # a control record (the daemon passes None for those anyway)
                 _, t, attacker, victim, _s, _i = rec
                 if countdown:
                     countdown -= 1
@@ -324,7 +326,7 @@ class ModelSet:
             shadow.failed = f"{type(e).__name__}: {e}"
             failed_rec = records[k]
             assert failed_rec is not None  # skipped records never reach the model
-            seq = failed_rec.seq if isinstance(failed_rec, PlacementRecord) else failed_rec[0]
+            seq = record_seq(failed_rec)
             log.error("shadow_failed", model=shadow.name, seq=seq, error=shadow.failed, exc_info=True)
             return False
         finally:

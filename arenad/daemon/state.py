@@ -13,7 +13,9 @@ one of two layouts (the reader branches on the array's length):
   so a journal of kills reads the same in either version.
 * ``[first_seq, rows, kinds]``: ``kinds`` is a byte string with one record kind per row:
   ``0`` a kill row as above, ``1`` a match placement ``[t, [[player, ...], ...], server, id]``
-  (groups best first). An arenad older than placements cannot read such a chunk: stop it
+  (groups best first), ``2`` a control record ``[t, op, args]`` (an admin operation that
+  changes what later events do, e.g. ``season_start``; replay and recompute apply it at the
+  same point in the stream). An arenad older than placements cannot read such a chunk: stop it
   cleanly before a downgrade (the final checkpoint covers the journal).
 
 A whole record (its checksum verifies) of a layout or kind this arenad does not know was written
@@ -59,6 +61,7 @@ Record = tuple[int, float, str, str, str | None, str | None]
 #: Record kinds of a ``[first_seq, rows, kinds]`` chunk.
 KIND_KILL = 0
 KIND_PLACEMENT = 1
+KIND_CONTROL = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +86,32 @@ class PlacementRecord:
         return [self.t, [list(group) for group in self.placements], self.server, self.id]
 
 
-#: Whatever the journal holds: kills (tuples) and match placements.
-JournalRecord = Record | PlacementRecord
+@dataclass(frozen=True, slots=True)
+class ControlRecord:
+    """One journaled admin operation (``op``: ``season_start``) at event time ``t``."""
+
+    seq: int
+    t: float
+    op: str
+    args: dict[str, Any]
+
+    def row(self) -> list[Any]:
+        return [self.t, self.op, self.args]
+
+
+#: Whatever the journal holds: kills (tuples), match placements and control records.
+JournalRecord = Record | PlacementRecord | ControlRecord
 
 
 def record_seq(rec: JournalRecord) -> int:
-    """The sequence number of a journal record of either kind."""
-    return rec.seq if isinstance(rec, PlacementRecord) else rec[0]
+    """The sequence number of a journal record of any kind."""
+    return rec[0] if isinstance(rec, tuple) else rec.seq
+
+
+def record_kind(rec: JournalRecord) -> int:
+    if isinstance(rec, tuple):
+        return KIND_KILL
+    return KIND_PLACEMENT if isinstance(rec, PlacementRecord) else KIND_CONTROL
 
 
 @dataclass(slots=True)
@@ -126,10 +148,10 @@ def encode_chunk(records: Sequence[JournalRecord]) -> bytes:
     Events are journaled in chunks (one per engine step) so one checksum and one msgpack call
     cover many events; the sequence numbers inside a chunk are implied and consecutive.
     """
-    rows = [r.row() if isinstance(r, PlacementRecord) else r[1:] for r in records]
+    rows = [r[1:] if isinstance(r, tuple) else r.row() for r in records]
     chunk: list[Any] = [record_seq(records[0]), rows]
-    if any(isinstance(r, PlacementRecord) for r in records):
-        chunk.append(bytes(KIND_PLACEMENT if isinstance(r, PlacementRecord) else KIND_KILL for r in records))
+    if not all(isinstance(r, tuple) for r in records):
+        chunk.append(bytes(record_kind(r) for r in records))
     body = msgpack.packb(chunk, use_bin_type=True)
     return _RECORD_HEAD.pack(len(body), zlib.crc32(body)) + body
 
@@ -165,6 +187,11 @@ def _decode_chunk(body: bytes) -> list[JournalRecord]:
             t, groups, server, event_id = row
             placements = tuple(tuple(str(player) for player in group) for group in groups)
             out.append(PlacementRecord(first + k, float(t), placements, server, event_id))
+        elif kind == KIND_CONTROL:
+            t, op, args = row
+            if not isinstance(op, str) or not isinstance(args, dict):
+                raise ValueError("bad control record")
+            out.append(ControlRecord(first + k, float(t), op, args))
         else:
             raise StateError(f"journal record kind {kind} at event {first + k}: written by a newer arenad")
     return out
@@ -250,6 +277,10 @@ class Journal:
         self._file.truncate(size)
         self.bytes_written -= self.size - size
         self.size = size
+
+    @property
+    def current_path(self) -> Path | None:
+        return self._path
 
     def fileno(self) -> int:
         if self._file is None:

@@ -18,6 +18,17 @@ from arenad.decode import decode_msgpack
 
 
 @dataclass(slots=True)
+class ControlRequest:
+    """An admin operation on its way to the journal (``arenad.daemon.admin``): the engine task
+    journals it as a ``ControlRecord`` at event time ``t`` and sets ``seq``."""
+
+    op: str
+    args: dict[str, Any]
+    t: float
+    seq: int = 0
+
+
+@dataclass(slots=True)
 class Batch:
     """Decoded items from one source read (a datagram, an MQTT message, some log lines).
 
@@ -39,6 +50,9 @@ class Batch:
     #: (source key, position after this batch) for sources that resume by position (log files);
     #: the engine task keeps the position of the last journaled batch for the checkpoint.
     position: tuple[str, dict[str, Any]] | None = None
+
+    #: An admin operation to journal (``arenad.daemon.admin``); such a batch has no items.
+    control: ControlRequest | None = None
 
     def decoded(self) -> list[KillEvent | PlacementEvent | Reject]:
         """The items, decoding ``payload`` once on first use."""
@@ -84,7 +98,7 @@ class ModelFigures:
 QUERY_REJECT_REASONS: tuple[str, ...] = ("rate_limited", "too_many_connections", "oversize")
 
 #: What failed to write (``arenad_storage_errors_total{op}``): a journal append or fsync, a checkpoint.
-STORAGE_OPS: tuple[str, ...] = ("journal", "checkpoint")
+STORAGE_OPS: tuple[str, ...] = ("journal", "checkpoint", "archive")
 
 
 @dataclass(slots=True)
@@ -119,3 +133,15 @@ class MetricsSnapshot:
     storage_ok: bool = True  # the last journal write and the last checkpoint succeeded
     intake_paused: bool = False  # a batch waits for the journal (disk full): the queue is not read
     storage_errors: Counter[str] = field(default_factory=Counter)  # by op (STORAGE_OPS)
+    #: Per exported scope: (players, active players, kills applied).
+    scopes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    scope_counts: Counter[str] = field(default_factory=Counter)  # scopes by kind
+    scopes_refused: int = 0
+    excluded: int = 0
+    exclusion_rules: int = 0
+    recompute_running: bool = False
+    recompute_runs: int = 0
+    recompute_failures: int = 0
+    archive_bytes: int = 0
+    archive_last_seq: int = 0
+    notify: tuple[bool, int, int] | None = None  # connected, published, dropped

@@ -51,13 +51,13 @@ FLOAT_KEYS: tuple[str, ...] = (
     "eta_min", "eta_max", "rho_s", "rho_v", "w_ref", "gamma_phi", "lambda_phi", "c_loss",
     "t_cooldown", "theta", "lambda", "tau", "sigma_drift", "t_return", "alpha", "lambda_pool",
     "delta_max", "sigma_place", "t_active", "h_req", "beta", "day_seconds", "initial_spread",
-    "recalibrate_interval", "late_tolerance",
+    "recalibrate_interval", "late_tolerance", "idle_after", "sweep_interval",
 )  # fmt: skip
 OPTIONAL_FLOAT_KEYS: tuple[str, ...] = ("nu_min", "nu_max")
 INT_KEYS: tuple[str, ...] = (
     "s_max", "n_min", "n_active", "p_min", "window_len", "return_events", "max_players",
 )  # fmt: skip
-BOOL_KEYS: tuple[str, ...] = ("anchor", "pool_losses")
+BOOL_KEYS: tuple[str, ...] = ("anchor", "pool_losses", "decay")
 CHOICE_KEYS: dict[str, tuple[str, ...]] = {
     "loser_rule": ("corrected", "printed"),
     "pool_release": ("transfer", "literal"),
@@ -161,7 +161,7 @@ NOT_IN_PAPER_TABLE: frozenset[str] = frozenset(
         # arenad choices (docs/adr.md)
         "loser_rule", "anchor", "pool_release", "return_events", "pool_losses",
         "initial_spread", "recalibrate_interval", "late_tolerance", "max_players",
-        "player_cap_policy",
+        "player_cap_policy", "decay", "idle_after", "sweep_interval",
     }
 )  # fmt: skip
 
@@ -233,6 +233,9 @@ class TestPaperDefaults:
         assert p.late_tolerance == 5.0
         assert p.max_players == 2_000_000
         assert p.player_cap_policy == "refuse_new"
+        assert p.decay is True
+        assert p.idle_after == 0.0  # the inactivity sweep is off unless configured
+        assert p.sweep_interval == 86400.0
 
     def test_defaults_have_no_problems(self) -> None:
         assert ADRParams().problems() == []
@@ -482,6 +485,11 @@ _bad("max_players", "there is no unlimited setting", "zero", max_players=0)
 _bad("max_players", "must lie in [2, 4294967296]", "above-id-space", max_players=(1 << 32) + 1)
 _ok("max_players", "two", max_players=2)
 _ok("max_players", "id-space", max_players=1 << 32)
+_bad("idle_after", "must be >= 0 (days; 0 turns the inactivity sweep off)", "negative", idle_after=-TINY)
+_ok("idle_after", "zero", idle_after=0.0)
+_ok("idle_after", "tiny", idle_after=TINY)
+_bad("sweep_interval", "must be > 0 (seconds)", "zero", sweep_interval=0.0)
+_ok("sweep_interval", "tiny", sweep_interval=TINY)
 # choices and bools (their "range" is the set of allowed values)
 _bad("loser_rule", 'must be "corrected" or "printed"', "other", loser_rule="both")
 _bad("pool_release", 'must be "transfer" or "literal"', "other", pool_release="drain")
@@ -635,6 +643,7 @@ INT_FOR_FLOAT: dict[str, int] = {
     "lambda": 1, "tau": 30, "sigma_drift": 5, "t_return": 60, "alpha": 1, "lambda_pool": 1,
     "delta_max": 60, "sigma_place": 180, "t_active": 7, "h_req": 400, "beta": 1,
     "day_seconds": 86400, "initial_spread": 150, "recalibrate_interval": 300, "late_tolerance": 5,
+    "idle_after": 14, "sweep_interval": 86400,
 }  # fmt: skip
 
 
@@ -921,6 +930,9 @@ SINGLE_KEY_VALID: dict[str, st.SearchStrategy[Any]] = {
     "late_tolerance": NON_NEGATIVE,
     "max_players": st.integers(2, 1 << 32),
     "player_cap_policy": st.sampled_from(CHOICE_KEYS["player_cap_policy"]),
+    "decay": st.booleans(),
+    "idle_after": NON_NEGATIVE,
+    "sweep_interval": POSITIVE,
 }
 
 # Exact bounds rather than ``.filter(lambda v: v < 0)``: Hypothesis 6.170 rewrites that filter on
@@ -947,11 +959,12 @@ SINGLE_KEY_INVALID: dict[str, st.SearchStrategy[Any]] = {
     "nu_max": NEGATIVE,
     "sigma_place": num(None, below(10.0)),
 }
-for _k in ("rho_s", "rho_v", "gamma_phi", "lambda", "sigma_drift", "t_cooldown", "h_req", "late_tolerance"):
+for _k in ("rho_s", "rho_v", "gamma_phi", "lambda", "sigma_drift", "t_cooldown", "h_req", "late_tolerance",
+           "idle_after"):  # fmt: skip
     SINGLE_KEY_INVALID[_k] = NEGATIVE
 for _k in (
     "gamma", "sigma_peak", "w_ref", "theta", "tau", "t_return", "delta_max", "t_active",
-    "day_seconds", "initial_spread", "recalibrate_interval",
+    "day_seconds", "initial_spread", "recalibrate_interval", "sweep_interval",
 ):  # fmt: skip
     SINGLE_KEY_INVALID[_k] = NON_POSITIVE
 for _k in ("lambda_phi", "c_loss", "lambda_pool", "beta"):

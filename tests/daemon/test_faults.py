@@ -37,7 +37,7 @@ from daemon_harness import DaemonProcess
 from paho.mqtt.enums import CallbackAPIVersion
 
 from arenad.daemon.emit import simulated_kills
-from arenad.daemon.state import PlacementRecord, read_records
+from arenad.daemon.state import read_records
 
 TOPIC = "arena/eu-1/kills"
 SEED = 7007
@@ -133,7 +133,7 @@ def journal(state_dir: Path) -> list[tuple[int, float, str, str, str | None, str
     for path in sorted(state_dir.glob("journal-*.log")):
         records, _ = read_records(path.read_bytes())
         for rec in records:
-            assert not isinstance(rec, PlacementRecord)
+            assert isinstance(rec, tuple)
             out.append(rec)
     return out
 

@@ -90,6 +90,8 @@ def row(eng: Engine, i: int, display_k: float = 3.0) -> dict[str, Any]:
         "sigma": v.sigma,
         "display": v.mu - display_k * v.sigma,
         "tier": v.tier,
+        "provisional": v.tier is None,
+        "active": v.active,
     }
 
 
@@ -108,12 +110,14 @@ class TestGet:
         assert ask(h, {"op": "get", "player": "p0010"}) == {
             "ok": True,
             "op": "get",
+            "scope": "global",
             "player": "p0010",
             "mu": v.mu,
             "sigma": v.sigma,
             "display": v.mu - 2.5 * v.sigma,
             "tier": v.tier,
             "placed": True,
+            "provisional": False,
             "placement": {"events": v.n, "events_needed": 15, "sigma": v.sigma, "sigma_needed": 180.0},
             "rank": 1 + sum(m > v.mu for m in mus),
             "percentile": pytest.approx(100.0 * (below + 0.5 * ties) / (len(mus) - 1)),
@@ -129,6 +133,7 @@ class TestGet:
         r = ask(handler, {"op": "get", "player": "newbie"})
         assert r["tier"] is None
         assert r["placed"] is False
+        assert r["provisional"] is True
         assert r["placement"]["events"] == r["events"] == 3
         assert r["placement"]["events_needed"] == 15
 
@@ -265,7 +270,7 @@ BAD_REQUESTS: list[tuple[bytes, str]] = [
     (b'"get"', "request must be a JSON object, got string"),
     (b"{}", "missing field 'op'"),
     (b'{"op": 3}', "field 'op' must be a string, got number"),
-    (b'{"op": "delete"}', "unknown op 'delete' (one of: get, top, around, tiers, predict, stats)"),
+    (b'{"op": "delete"}', "unknown op 'delete' (one of: get, top, around, tiers, predict, stats, scopes)"),
     (b'{"op": "' + b"x" * 200 + b'"}', "unknown op 'xxxxx"),
     (b'{"op": "stats", "verbose": true}', "unknown field 'verbose' for op 'stats'"),
     (b'{"op": "top", "n": 5, "ofset": 1}', "unknown field 'ofset' for op 'top'"),

@@ -150,6 +150,9 @@ def every_request(eng: Engine) -> Iterator[dict[str, Any]]:
     yield {"op": "predict", "a": a, "b": b}
     yield {"op": "predict", "a": a, "b": a}
     yield {"op": "stats"}
+    yield {"op": "scopes"}
+    yield {"op": "top", "n": 10, "active_only": True}
+    yield {"op": "get", "player": a, "scope": "server:x"}
 
 
 def test_no_query_op_changes_the_engine() -> None:

@@ -183,7 +183,7 @@ def offline(
             predictions += [model.predict(a, b, rec.t) for a, b in placement_pairs(rec.placements)]
             if hasattr(model, "update_match"):
                 model.update_match(rec.placements, rec.t)
-        else:
+        elif isinstance(rec, tuple):
             _, t, attacker, victim, _s, _i = rec
             predictions.append(model.predict(attacker, victim, t))
             model.update(attacker, victim, t)

@@ -1,0 +1,328 @@
+"""The admin socket: season start, exclusions, recompute and reload — never on the query port.
+
+Newline-delimited JSON like the query protocol, one request per line, one answer per line::
+
+    {"op": "season_start", "name": "2026-winter", "reset": "soft"}
+    {"op": "exclude", "player": "cheater", "reason": "aimbot"}
+    {"op": "exclude", "server": "eu-1", "from": 1764000000, "to": 1764003600}
+    {"op": "include", "rule": 3}
+    {"op": "exclusions"}
+    {"op": "recompute", "scope": "server:eu-1", "from": 1764000000}
+    {"op": "recompute_status"}
+    {"op": "reload"}
+
+Who may ask: anyone who can open the Unix socket (``[admin] unix``, mode 0600 inside the state
+directory: the filesystem decides), or a TCP client (``[admin] listen``) whose every request
+carries ``"token"`` equal to the contents of ``[admin] token_file`` (compared in constant time).
+Operations that change what later events do (season start, exclusion rules) are journaled as
+control records before they take effect, so recovery and recompute apply them at the same point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from arenad.daemon.config import parse_hostport
+from arenad.daemon.history import first_match_time
+from arenad.daemon.types import Batch, ControlRequest
+from arenad.errors import ArenadError
+from arenad.scopes import NAME_PATTERN, RESET_PRESETS, Exclusions, Reset, Rule
+
+if TYPE_CHECKING:
+    from arenad.daemon.service import Daemon
+
+log = structlog.get_logger("arenad.admin")
+
+ADMIN_OPS = (
+    "season_start",
+    "exclude",
+    "include",
+    "exclusions",
+    "recompute",
+    "recompute_status",
+    "reload",
+    "scopes",
+)
+MAX_LINE = 65536
+MIN_TOKEN = 16
+
+
+class AdminError(Exception):
+    """A request the operator got wrong; the message goes back as is."""
+
+
+def load_token(path: str) -> str:
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as e:
+        raise ArenadError(f"admin.token_file: cannot read {path}: {e.strerror or e}") from e
+    if len(token) < MIN_TOKEN:
+        raise ArenadError(f"admin.token_file: the token in {path} is shorter than {MIN_TOKEN} characters")
+    return token
+
+
+def _time(req: dict[str, Any], key: str) -> float | None:
+    v = req.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise AdminError(f"field {key!r} must be unix seconds (a finite number)")
+    return float(v)
+
+
+def _str(req: dict[str, Any], key: str, *, required: bool = False) -> str | None:
+    v = req.get(key)
+    if v is None:
+        if required:
+            raise AdminError(f"missing field {key!r}")
+        return None
+    if not isinstance(v, str) or not v or len(v.encode()) > 256:
+        raise AdminError(f"field {key!r} must be a non-empty string of at most 256 bytes")
+    return v
+
+
+class AdminHandler:
+    """Answers admin requests against a running daemon."""
+
+    def __init__(self, daemon: Daemon, reload: Callable[[], list[str]] | None = None) -> None:
+        self.daemon = daemon
+        self._reload = reload
+        self._lock = asyncio.Lock()  # one mutating operation at a time (rule ids, season names)
+        self.requests = 0
+
+    async def handle_line(self, line: bytes, token: str | None) -> bytes:
+        head: dict[str, Any] = {}
+        try:
+            try:
+                req = json.loads(line)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise AdminError(f"not a JSON object: {e}") from None
+            if not isinstance(req, dict):
+                raise AdminError("not a JSON object")
+            if "id" in req:
+                head["id"] = req["id"] if isinstance(req["id"], (str, int)) else None
+            if token is not None:
+                given = req.get("token")
+                if not isinstance(given, str) or not hmac.compare_digest(given.encode(), token.encode()):
+                    log.warning("admin_denied", reason="bad token")
+                    raise AdminError("forbidden: a valid token is required")
+            op = req.get("op")
+            if op not in ADMIN_OPS:
+                raise AdminError(f"unknown op {op!r} (one of: {', '.join(ADMIN_OPS)})")
+            self.requests += 1
+            body = await getattr(self, f"_op_{op}")(req)
+            out = {"ok": True, "op": op, **head, **body}
+        except AdminError as e:
+            out = {"ok": False, **head, "error": str(e)}
+        except Exception as e:  # the daemon goes on; the operator sees what failed
+            log.error("admin_failed", exc_info=e)
+            out = {"ok": False, **head, "error": f"internal error: {type(e).__name__}: {e}"}
+        return (json.dumps(out, allow_nan=False, default=str) + "\n").encode()
+
+    # -- journaled operations ------------------------------------------------------------------
+    async def _journal(self, op: str, args: dict[str, Any]) -> int:
+        """Journal a control record through the engine task; its sequence number once applied."""
+        d = self.daemon
+        if d.stop.is_set():
+            raise AdminError("the daemon is stopping")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        req = ControlRequest(
+            op, args, t=max(d.engine.clock, _now()) if math.isfinite(d.engine.clock) else _now()
+        )
+
+        def finished() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        await d.queue.put(Batch(source="admin", items=[], done=finished, control=req))
+        await done
+        return req.seq
+
+    async def _op_season_start(self, req: dict[str, Any]) -> dict[str, Any]:
+        d = self.daemon
+        name = _str(req, "name", required=True)
+        assert name is not None
+        if not NAME_PATTERN.match(name):
+            raise AdminError("season name must be 1-64 letters, digits, '.', '_' or '-'")
+        if not d.scope_config.on("season"):
+            raise AdminError('seasons are not enabled: add "season" to [scopes] kinds')
+        preset = req.get("reset")
+        if preset is None:
+            reset = d.scope_config.season_reset
+        elif preset == "custom":
+            reset = Reset(float(req.get("alpha", 1.0)), float(req.get("lambda", 0.0)))
+        elif preset in RESET_PRESETS:
+            reset = RESET_PRESETS[preset]
+        else:
+            raise AdminError(f"reset must be one of: {', '.join((*RESET_PRESETS, 'custom'))}")
+        bad = reset.problems()
+        if bad:
+            raise AdminError("; ".join(bad))
+        async with self._lock:
+            if f"season:{name}" in d.scopes.engines:
+                raise AdminError(f"season {name!r} exists already")
+            seq = await self._journal(
+                "season_start", {"name": name, "alpha": reset.alpha, "lambda": reset.lam}
+            )
+        return {"season": name, "alpha": reset.alpha, "lambda": reset.lam, "seq": seq}
+
+    async def _op_exclude(self, req: dict[str, Any]) -> dict[str, Any]:
+        d = self.daemon
+        player = _str(req, "player")
+        server = _str(req, "server")
+        start = _time(req, "from")
+        end = _time(req, "to")
+        reason = req.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > 1000:
+            raise AdminError("field 'reason' must be a string of at most 1000 characters")
+        if (player is None) == (server is None):
+            raise AdminError("give exactly one of 'player' or 'server'")
+        if player is not None and (start is not None or end is not None):
+            raise AdminError("a player rule excludes all of the player's events: no 'from'/'to'")
+        if start is not None and end is not None and end <= start:
+            raise AdminError("'to' must be after 'from'")
+        async with self._lock:
+            rule = Rule(
+                id=d.scopes.exclusions.next_id(),
+                player=player,
+                server=server,
+                start=-math.inf if start is None else start,
+                end=math.inf if end is None else end,
+                reason=reason,
+            )
+            seq = await self._journal("exclude", rule.as_dict())
+        status = await self._recompute_for(rule, seq, f"exclude rule {rule.id}")
+        return {"rule": rule.as_dict(), "seq": seq, "recompute": status}
+
+    async def _op_include(self, req: dict[str, Any]) -> dict[str, Any]:
+        d = self.daemon
+        rid = req.get("rule")
+        if isinstance(rid, bool) or not isinstance(rid, int):
+            raise AdminError("field 'rule' must be a rule id (see op 'exclusions')")
+        async with self._lock:
+            rule = next((r for r in d.scopes.exclusions.rules if r.id == rid), None)
+            if rule is None:
+                raise AdminError(f"no exclusion rule {rid}")
+            seq = await self._journal("include", {"id": rid})
+        status = await self._recompute_for(rule, seq, f"include rule {rid}")
+        return {"removed": rule.as_dict(), "seq": seq, "recompute": status}
+
+    async def _recompute_for(self, rule: Rule, upto: int, reason: str) -> dict[str, Any] | None:
+        """Recompute from the first event the rule matches (None when it matches nothing)."""
+        d = self.daemon
+        if rule.player is None:
+            from_t: float | None = rule.start
+        else:
+            from_t = await asyncio.to_thread(
+                first_match_time, d.state_dir, Exclusions([rule]), upto, d.archive_reader()
+            )
+            if from_t is None:
+                return None  # the player never played: nothing to recompute
+        return d.request_recompute(
+            None, from_t if from_t is not None and math.isfinite(from_t) else None, reason
+        )
+
+    # -- reads and jobs --------------------------------------------------------------------------
+    async def _op_exclusions(self, req: dict[str, Any]) -> dict[str, Any]:
+        d = self.daemon
+        return {"rules": d.scopes.exclusions.export(), "excluded": d.excluded}
+
+    async def _op_recompute(self, req: dict[str, Any]) -> dict[str, Any]:
+        d = self.daemon
+        scope = _str(req, "scope")
+        key = None
+        if scope is not None and scope != "all":
+            try:
+                key = d.scopes.resolve(scope)
+            except (KeyError, ValueError) as e:
+                raise AdminError(f"scope {scope!r}: {e.args[0] if e.args else e}") from None
+        from_t = _time(req, "from")
+        return {"recompute": d.request_recompute(key, from_t, "admin")}
+
+    async def _op_recompute_status(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"recompute": self.daemon.recompute.as_dict()}
+
+    async def _op_scopes(self, req: dict[str, Any]) -> dict[str, Any]:
+        d = self.daemon
+        return {
+            "scopes": {
+                key: {
+                    "players": len(e),
+                    "active": e.active_count,
+                    "applied": e.applied,
+                    "closed": key in d.scopes.closed,
+                }
+                for key, e in d.scopes.engines.items()
+            },
+            "season": d.scopes.season,
+            "excluded": d.excluded,
+        }
+
+    async def _op_reload(self, req: dict[str, Any]) -> dict[str, Any]:
+        if self._reload is None:
+            raise AdminError("this daemon was started without a config file: nothing to reload")
+        try:
+            changed = self._reload()
+        except ArenadError as e:
+            raise AdminError(str(e)) from None
+        return {"changed": changed}
+
+
+def _now() -> float:
+    return time.time()
+
+
+async def serve_admin(
+    handler: AdminHandler, unix: Path | None, tcp: str | None, token: str | None
+) -> list[asyncio.Server]:
+    """The Unix socket (mode 0600) and, with a token, a TCP listener."""
+
+    async def session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tok: str | None) -> None:
+        try:
+            while True:
+                try:
+                    line = await reader.readuntil(b"\n")
+                except asyncio.IncompleteReadError as e:
+                    line = e.partial
+                    if not line.strip():
+                        return
+                except asyncio.LimitOverrunError:
+                    writer.write(b'{"ok": false, "error": "request line too long"}\n')
+                    await writer.drain()
+                    return
+                if not line.strip():
+                    continue
+                writer.write(await handler.handle_line(line, tok))
+                await writer.drain()
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    servers: list[asyncio.Server] = []
+    if unix is not None:
+        if unix.exists() or unix.is_symlink():
+            unix.unlink()  # the state directory is locked by this daemon: a leftover socket
+        srv = await asyncio.start_unix_server(lambda r, w: session(r, w, None), str(unix), limit=MAX_LINE)
+        os.chmod(unix, 0o600)
+        servers.append(srv)
+        log.info("admin_listening", address=str(unix))
+    if tcp is not None:
+        if token is None:
+            raise ArenadError("admin.listen needs admin.token_file")
+        host, port = parse_hostport(tcp)
+        srv = await asyncio.start_server(lambda r, w: session(r, w, token), host, port, limit=MAX_LINE)
+        servers.append(srv)
+        log.info("admin_listening", address=tcp, token=True)
+    return servers
