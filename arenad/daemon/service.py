@@ -1203,13 +1203,14 @@ class Daemon:
             a, b = getattr(old, section.name), getattr(new, section.name)
             if a == b:
                 continue
-            if section.name not in self.RELOADABLE or not hasattr(a, "__dataclass_fields__"):
+            if not hasattr(a, "__dataclass_fields__"):  # [[tail]], [adr] as a whole
                 blocked.append(section.name)
                 continue
+            allowed = self.RELOADABLE.get(section.name, frozenset())
             for f in fields(a):
                 if getattr(a, f.name) != getattr(b, f.name):
                     key = f"{section.name}.{f.name}"
-                    (changed if f.name in self.RELOADABLE[section.name] else blocked).append(key)
+                    (changed if f.name in allowed else blocked).append(key)
         if blocked:
             raise ArenadError(f"reload refused: {', '.join(blocked)} can only change with a restart")
         self.settings = new

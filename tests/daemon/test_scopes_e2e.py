@@ -24,7 +24,7 @@ from arenad.core.engine import Engine
 from arenad.core.params import ADRParams
 from arenad.daemon.history import Snapshots, rebuild_from_history
 from arenad.daemon.state import Checkpoints
-from arenad.scopes import RESET_PRESETS, Exclusions, ScopeConfig, ScopeSet
+from arenad.scopes import RESET_PRESETS, EventWindow, Exclusions, Rule, ScopeConfig, ScopeSet
 
 SERVERS = ("eu-1", "eu-2", "us-1")
 
@@ -322,3 +322,75 @@ def test_admin_is_never_served_on_the_query_port_and_tcp_admin_needs_the_token(t
         assert d.stop() == 0
     finally:
         d.kill()
+
+
+def arenad(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "arenad", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_cli_season_exclude_server_window_recompute_and_reload(tmp_path: Path) -> None:
+    now = time.time()
+    events = stream(2000, 25, seed=9, t0=now - 2000)
+    state = tmp_path / "state"
+    base = (
+        f'[daemon]\nstate_dir = "{state}"\ncheckpoint_interval = 3600\n'
+        '[scopes]\nkinds = ["global", "server", "season", "event"]\n'
+    )
+    config = write_config(tmp_path / "a.toml", base)
+    d = DaemonProcess(state, config=config).start()
+    try:
+        d.send_events(events)
+        wait_applied(d, len(events))
+        out = arenad("season", "start", "s1", "--reset", "hard", "--config", str(config))
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["lambda"] == RESET_PRESETS["hard"].lam
+        # eu-2's events in a window were broken: exclude them and wait for the recompute.
+        lo, hi = events[500]["t"], events[1500]["t"]
+        out = arenad(
+            "exclude", "--server", "eu-2", "--from", str(lo), "--to", str(hi), "--config", str(config)
+        )
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["rule"]["server"] == "eu-2"
+        out = arenad("recompute", "--wait", "--config", str(config))
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["recompute"]["failures"] == 0
+        out = arenad(
+            "query", "--connect", "{}:{}".format(*d.addr("query")), "--scope", "server:eu-2", "top", "3"
+        )
+        assert out.returncode == 0, out.stderr
+        assert len(json.loads(out.stdout)["players"]) == 3
+        # Reload: a tournament that started in the past appears and is filled in by a recompute.
+        write_config(
+            config,
+            base + f'[[scopes.event]]\nname = "cup"\nstart = {events[1000]["t"]}\nend = {now + 3600}\n',
+        )
+        out = arenad("admin", '{"op": "reload"}', "--config", str(config))
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["changed"] == ["scopes.event"]
+        d.wait_for(lambda s: s["recompute"]["runs"] >= 3 and not s["recompute"]["running"])
+        cup = d.query({"op": "stats", "scope": "event:cup"})
+        assert cup["ok"], cup
+        # A key that needs a restart is refused by name, and nothing changes.
+        write_config(config, base.replace("checkpoint_interval = 3600", "checkpoint_interval = 5"))
+        out = arenad("admin", '{"op": "reload"}', "--config", str(config))
+        assert out.returncode == 1
+        assert "daemon.checkpoint_interval" in json.loads(out.stdout)["error"]
+        assert d.stop() == 0
+    finally:
+        d.kill()
+    rule = Exclusions()
+    rule.add(Rule(1, server="eu-2", start=lo, end=hi))
+    cfg = ScopeConfig(
+        kinds=("global", "server", "season", "event"),
+        events=(EventWindow("cup", events[1000]["t"], now + 3600),),
+    )
+    ref = ScopeSet(ADRParams(), cfg)
+    ref.exclusions = rule
+    feed(ref, events)
+    ref.start_season("s1", 0.0, RESET_PRESETS["hard"])
+    saved = checkpoint_scopes(state)["engines"]
+    assert set(saved) == set(ref.engines)
+    for key, eng in ref.engines.items():
+        assert canon(eng.export_state()) == saved[key], key
