@@ -224,9 +224,10 @@ class AdminHandler:
         if rule.player is None:
             from_t: float | None = rule.start
         else:
-            from_t = await asyncio.to_thread(
-                first_match_time, d.state_dir, Exclusions([rule]), upto, d.archive_reader()
-            )
+            async with d.history_lock:  # no segment is archived away while the scan reads
+                from_t = await asyncio.to_thread(
+                    first_match_time, d.state_dir, Exclusions([rule]), upto, d.archive_reader()
+                )
             if from_t is None:
                 return None  # the player never played: nothing to recompute
         return d.request_recompute(

@@ -74,9 +74,8 @@ class Archive:
         self.file_bytes = file_bytes
         self.files: list[dict[str, Any]] = []  # name, first, last, bytes
 
-    def open(self) -> None:
-        """Load the manifest; cut bytes an interrupted append left past it; drop strays."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+    def load(self) -> Archive:
+        """Read the manifest only (readers: recompute, exclusion scans). Never writes."""
         path = self.dir / MANIFEST
         if path.exists():
             try:
@@ -84,6 +83,13 @@ class Archive:
                 self.files = list(data["files"])
             except (ValueError, KeyError, TypeError) as e:
                 raise StateError(f"{path}: unreadable archive manifest ({e})") from e
+        return self
+
+    def open(self) -> None:
+        """The daemon's start: load the manifest, cut bytes an interrupted append left past
+        it, drop files it never recorded. Only the process that appends may call this."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.load()
         known = {f["name"] for f in self.files}
         for f in self.files:
             p = self.dir / f["name"]
@@ -215,9 +221,7 @@ class History:
 
     def __init__(self, state_dir: Path, archive: Archive | None = None) -> None:
         self.state_dir = state_dir
-        self.archive = archive if archive is not None else Archive(state_dir / "archive")
-        if archive is None:
-            self.archive.open()
+        self.archive = archive if archive is not None else Archive(state_dir / "archive").load()
 
     def records(self, after: int = 0, upto: int | None = None) -> Iterator[JournalRecord]:
         """Records with after < seq <= upto, checking that no sequence number is missing."""

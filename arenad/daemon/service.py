@@ -52,6 +52,7 @@ from arenad.daemon.config import _off, parse_hostport
 from arenad.daemon.history import (
     Archive,
     History,
+    RebuildResult,
     Snapshots,
     apply_control,
     apply_record,
@@ -199,7 +200,9 @@ class Daemon:
         )
         self.snapshots = Snapshots(self.state_dir / "snapshots", hist.snapshots_kept)
         self._next_snapshot = 0.0  # monotonic time the next checkpoint is kept as a snapshot
-        self._history_pins = 0  # recomputes reading the journal: segments are not retired meanwhile
+        # Held while history files change (archiving, snapshot pruning) and while a recompute or
+        # an exclusion scan reads them: a reader never sees a segment vanish under it.
+        self.history_lock = asyncio.Lock()
         self.excluded = 0  # kills and placements rated nowhere (exclusion rules)
         self.notifier: Notifier | None = Notifier(settings.notify) if settings.notify.enabled else None
         self.recompute = RecomputeStatus()
@@ -548,34 +551,8 @@ class Daemon:
         upto = self.seq  # journaled and fsynced: the worker reads it from disk
         rules = list(self.scopes.exclusions.rules)
         log.info("recompute_started", scope=scope, from_t=from_t, upto=upto, reason=reason, rules=len(rules))
-        self._history_pins += 1
-        try:
-            result = await asyncio.to_thread(
-                rebuild_from_history,
-                self.state_dir,
-                self.settings.adr,
-                self.scope_config,
-                Exclusions(rules),
-                upto=upto,
-                from_t=from_t,
-                snapshots=self.snapshots,
-            )
-            new = result.scopes
-            caught = upto
-            # Live events kept flowing meanwhile: catch up in the worker while far behind...
-            for _ in range(CATCHUP_ROUNDS):
-                if self.seq - caught <= CATCHUP_SYNC:
-                    break
-                target = self.seq
-                await asyncio.to_thread(self._catch_up, new, caught, target)
-                caught = target
-            # ...then the last few synchronously, and swap in the same step: no await between
-            # reading self.seq and the swap, so no journaled event is missed or applied twice.
-            target = self.seq
-            self._catch_up(new, caught, target)
-            swapped = self._swap_scopes(new, scope)
-        finally:
-            self._history_pins -= 1
+        async with self.history_lock:
+            result, target, swapped = await self._rebuild_and_swap(scope, from_t, upto, rules)
         st.runs += 1
         st.seconds = time.perf_counter() - started
         st.records = result.records + (target - upto)
@@ -595,6 +572,35 @@ class Daemon:
             seconds=round(st.seconds, 3),
         )
 
+    async def _rebuild_and_swap(
+        self, scope: str | None, from_t: float | None, upto: int, rules: list[Rule]
+    ) -> tuple[RebuildResult, int, list[str]]:
+        """Rebuild up to ``upto`` in a worker, catch up on live events, swap; under history_lock."""
+        result = await asyncio.to_thread(
+            rebuild_from_history,
+            self.state_dir,
+            self.settings.adr,
+            self.scope_config,
+            Exclusions(rules),
+            upto=upto,
+            from_t=from_t,
+            snapshots=self.snapshots,
+        )
+        new = result.scopes
+        caught = upto
+        # Live events kept flowing meanwhile: catch up in the worker while far behind...
+        for _ in range(CATCHUP_ROUNDS):
+            if self.seq - caught <= CATCHUP_SYNC:
+                break
+            target = self.seq
+            await asyncio.to_thread(self._catch_up, new, caught, target)
+            caught = target
+        # ...then the last few synchronously, and swap in the same step: no await between
+        # reading self.seq and the swap, so no journaled event is missed or applied twice.
+        target = self.seq
+        self._catch_up(new, caught, target)
+        return result, target, self._swap_scopes(new, scope)
+
     def _catch_up(self, scopes: ScopeSet, after: int, upto: int) -> None:
         """Journaled records after..upto into ``scopes``, with the daemon's live semantics."""
         if upto <= after:
@@ -611,12 +617,12 @@ class Daemon:
                 apply_record(scopes, rec)
 
     def archive_reader(self) -> Archive:
-        """An Archive over the same files, for reading in a worker thread."""
+        """An Archive over the same files, for reading in a worker thread (under history_lock)."""
         a = Archive(self.state_dir / "archive")
         if self.archive is not None:
             a.files = [dict(f) for f in self.archive.files]
         else:
-            a.open()
+            a.load()
         return a
 
     def _swap_scopes(self, new: ScopeSet, scope: str | None) -> list[str]:
@@ -632,19 +638,22 @@ class Daemon:
 
     async def _keep_history(self, checkpoint: Path, seq: int) -> None:
         """After a checkpoint: keep it as a snapshot when one is due, then archive and remove
-        the journal segments the oldest kept checkpoint covers (not while a recompute reads them)."""
+        the journal segments the oldest kept checkpoint covers (not while a reader holds history)."""
         h = self.settings.history
         now = time.monotonic()
+        if self.history_lock.locked():
+            return  # a recompute or an exclusion scan reads history now: at the next checkpoint
         try:
-            if now >= self._next_snapshot:
-                clock = self.engine.clock
-                await asyncio.to_thread(
-                    self.snapshots.add, checkpoint, seq, clock if math.isfinite(clock) else 0.0
-                )
-                self._next_snapshot = now + h.snapshot_interval
-            kept = self.checkpoints.list()
-            if kept and not self._history_pins:
-                await asyncio.to_thread(retire_segments, self.journal, self.archive, kept[-1][0])
+            async with self.history_lock:
+                if now >= self._next_snapshot:
+                    clock = self.engine.clock
+                    await asyncio.to_thread(
+                        self.snapshots.add, checkpoint, seq, clock if math.isfinite(clock) else 0.0
+                    )
+                    self._next_snapshot = now + h.snapshot_interval
+                kept = self.checkpoints.list()
+                if kept:
+                    await asyncio.to_thread(retire_segments, self.journal, self.archive, kept[-1][0])
         except (OSError, StateError) as e:
             self._storage_failed("archive", e if isinstance(e, OSError) else OSError(0, str(e)), seq=seq)
             return
