@@ -23,11 +23,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arenad.core.engine import Engine
-from arenad.core.params import TIER_NAMES
+from arenad.core.params import TIER_NAMES, ADRParams
 from arenad.daemon.config import QuerySettings
 from arenad.daemon.query import LineSplitter, QueryHandler, close_servers, serve_query
 from arenad.daemon.query_client import add_query_parser, run_query
 from arenad.errors import ArenadError
+from arenad.scopes import RESET_PRESETS, ScopeConfig, ScopeSet
 from arenad.simulate import Population, event_stream
 
 TIMEOUT = 10.0  # seconds: the bound on every wait in a socket test; a hang fails, never blocks
@@ -175,6 +176,56 @@ class TestTop:
         h = QueryHandler(lambda: engine, QuerySettings(max_top=5))
         assert len(ask(h, {"op": "top", "n": 5})["players"]) == 5
         assert ask(h, {"op": "top", "n": 6})["error"] == "field 'n' must be between 1 and 5, got 6"
+
+
+class TestActiveOnly:
+    """`top` with active_only hides players outside the §2.3 active set; ranks stay the ladder's."""
+
+    def test_only_active_players_in_ladder_order(self, engine: Engine, handler: QueryHandler) -> None:
+        active = [i for i in ladder(engine) if engine.view(i).active]
+        inactive = [i for i in ladder(engine) if not engine.view(i).active]
+        assert active and inactive  # the fixture has both (the newcomers are not active yet)
+        r = ask(handler, {"op": "top", "n": 10, "offset": 2, "active_only": True})
+        assert r["total"] == len(active) == engine.active_count
+        assert [p["player"] for p in r["players"]] == [engine.names[i] for i in active[2:12]]
+        assert all(p["active"] for p in r["players"])
+        assert [p["rank"] for p in r["players"]] == [engine.rank(i) for i in active[2:12]]
+
+    def test_must_be_a_boolean(self, handler: QueryHandler) -> None:
+        r = ask(handler, {"op": "top", "n": 3, "active_only": 1})
+        assert r == {"ok": False, "error": "field 'active_only' must be true or false, got number"}
+
+
+class TestScopes:
+    """Every op takes `scope`; a handler over one engine knows only the global ladder."""
+
+    def test_global_is_the_default_and_the_only_scope_of_a_bare_engine(self, handler: QueryHandler) -> None:
+        assert ask(handler, {"op": "stats", "scope": "global"})["ok"] is True
+        r = ask(handler, {"op": "top", "n": 1, "scope": "server:eu-1"})
+        assert r["ok"] is False and "global ladder only" in r["error"]
+        assert ask(handler, {"op": "scopes"})["scopes"][0]["scope"] == "global"
+
+    def test_scope_set_lookups(self) -> None:
+        sc = ScopeSet(ADRParams(), ScopeConfig(kinds=("global", "server", "season")))
+        for k in range(40):
+            sc.feed(f"a{k % 5}", f"b{k % 7}", 1_764_000_000.0 + 70 * k, "eu-1" if k % 2 else "us-1")
+        h = QueryHandler(lambda: sc, QuerySettings())
+        eu = sc.engines["server:eu-1"]
+        r = ask(h, {"op": "top", "n": 50, "scope": "server:eu-1"})
+        assert [p["player"] for p in r["players"]] == [eu.names[i] for i in eu.ladder_ids()]
+        got = ask(h, {"op": "get", "player": "a1", "scope": "server:eu-1"})
+        assert got["mu"] == eu.mu(eu.ids["a1"]) and got["scope"] == "server:eu-1"
+        assert ask(h, {"op": "get", "player": "a1", "scope": "server:nope"})["error"].startswith(
+            "scope 'server:nope': no scope 'server:nope'"
+        )
+        assert "no season has started" in ask(h, {"op": "tiers", "scope": "season"})["error"]
+        assert "unknown scope kind" in ask(h, {"op": "tiers", "scope": "club:1"})["error"]
+        assert ask(h, {"op": "stats", "scope": 5})["error"] == "field 'scope' must be a string, got number"
+        sc.start_season("s1", 1_764_100_000.0, RESET_PRESETS["soft"])
+        season = ask(h, {"op": "top", "n": 3, "scope": "season"})
+        assert season["ok"] and all(p["provisional"] for p in season["players"])
+        listed = {row["scope"]: row for row in ask(h, {"op": "scopes"})["scopes"]}
+        assert set(listed) == {"global", "server:eu-1", "server:us-1", "season:s1"}
 
 
 class TestAround:
