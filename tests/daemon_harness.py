@@ -24,10 +24,17 @@ STARTUP_TIMEOUT = 30.0
 class DaemonProcess:
     """One daemon subprocess on loopback ports chosen by the OS (read back from its log)."""
 
-    def __init__(self, state_dir: Path, config: Path | None = None, extra: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        config: Path | None = None,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.state_dir = state_dir
         self.config = config
         self.extra = extra or []
+        self.env = env or {}
         self.proc: subprocess.Popen[str] | None = None
         self.addresses: dict[str, Any] = {}
         self.log_lines: list[str] = []
@@ -50,7 +57,7 @@ class DaemonProcess:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         self._reader = threading.Thread(target=self._read_log, args=(self.proc,), daemon=True)
         self._reader.start()

@@ -181,6 +181,16 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
     for op in sorted({*STORAGE_OPS, *snap.storage_errors}):
         storage_errors.add_metric([op], snap.storage_errors.get(op, 0))
     yield storage_errors
+    yield CounterMetricFamily(
+        "arenad_wall_clock_jumps",
+        "Host wall-clock steps seen (larger than [daemon] clock_step); not followed until adopted.",
+        value=snap.clock_jumps,
+    )
+    yield GaugeMetricFamily(
+        "arenad_wall_clock_offset_seconds",
+        "Host wall clock minus the daemon's clock (non-zero while a step is not adopted).",
+        value=snap.clock_offset,
+    )
     yield from _scope_families(snap)
     yield from _model_families(snap.models)
 

@@ -48,6 +48,7 @@ from arenad.core.events import PlacementEvent, Reject
 from arenad.core.params import TIER_NAMES
 from arenad.daemon import sdnotify
 from arenad.daemon.admin import AdminHandler, load_token, serve_admin
+from arenad.daemon.clock import DaemonClock
 from arenad.daemon.config import _off, parse_hostport
 from arenad.daemon.history import (
     Archive,
@@ -163,6 +164,10 @@ class Daemon:
     def __init__(self, settings: Settings, reload: Callable[[], Settings] | None = None) -> None:
         self.settings = settings
         self._load_settings = reload  # re-reads the config file for the admin "reload"
+        # Wall time for validation, dedupe and signatures, proof against host clock steps.
+        self.clock = DaemonClock(
+            step=settings.daemon.clock_step, adopt_after=settings.daemon.clock_adopt_after
+        )
         self.state_dir = Path(settings.daemon.state_dir)
         self.scope_config = settings.scopes.config()
         self.scopes = ScopeSet(settings.adr, self.scope_config)
@@ -283,6 +288,8 @@ class Daemon:
             recompute_failures=self.recompute.failures,
             archive_bytes=0 if self.archive is None else self.archive.total_bytes,
             archive_last_seq=0 if self.archive is None else self.archive.last_seq,
+            clock_jumps=self.clock.jumps,
+            clock_offset=self.clock.offset,
             notify=None
             if self.notifier is None or not self.notifier.enabled
             else (self.notifier.connected, self.notifier.published, self.notifier.dropped),
@@ -374,7 +381,7 @@ class Daemon:
         self.models.import_state(models_state)
         records, truncations = self.journal.replay_after(self.seq)
         chunk: list[JournalRecord | None] = []
-        now = time.time()
+        now = self.clock.now()
         for rec in records:
             seq = record_seq(rec)
             if seq != self.seq + 1:
@@ -661,7 +668,7 @@ class Daemon:
 
     # ------------------------------------------------------------------ the engine task
     async def _process(self, batches: list[Batch]) -> None:
-        now = time.time()
+        now = self.clock.now()
         records: list[JournalRecord] = []
         check = self.intake.check
         seq = self.seq
@@ -1123,6 +1130,7 @@ class Daemon:
                     keys=udp_keys,
                     auth_rejected=self.udp_auth_rejected,
                     state_dir=self.state_dir,
+                    clock_ms=self.clock.now_ms,
                 )
                 self.bound["udp"] = udp_transport.get_extra_info("sockname")[:2]
             if s.source_udp.enabled:

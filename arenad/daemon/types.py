@@ -145,3 +145,5 @@ class MetricsSnapshot:
     archive_bytes: int = 0
     archive_last_seq: int = 0
     notify: tuple[bool, int, int] | None = None  # connected, published, dropped
+    clock_jumps: int = 0  # host wall-clock steps seen (arenad.daemon.clock)
+    clock_offset: float = 0.0  # host wall clock minus the daemon's clock, seconds

@@ -83,6 +83,8 @@ def full_snapshot() -> MetricsSnapshot:
         archive_bytes=26,
         archive_last_seq=27,
         notify=(True, 28, 29),
+        clock_jumps=30,
+        clock_offset=-31.5,
         models=[
             ModelFigures("adr", "primary", 900, 500, 0.61, 0.21, 0.74),
             ModelFigures("glicko2-mp", "shadow", 900, 500, 0.58, 0.2, 0.77, matches=14, failed=None),
@@ -222,6 +224,8 @@ class TestExportedValues:
             one("arenad_notify_connected"): 1,
             one("arenad_notify_published_total"): 28,
             one("arenad_notify_dropped_total"): 29,
+            one("arenad_wall_clock_jumps_total"): 30,
+            one("arenad_wall_clock_offset_seconds"): -31.5,
         }
         for name, values in {
             "adr": (0.61, 0.21, 0.74, 900, 500, 0, 0),

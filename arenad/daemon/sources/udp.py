@@ -27,7 +27,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import structlog
@@ -109,8 +109,11 @@ class UdpSource(asyncio.DatagramProtocol):
         keys: dict[str, bytes] | None = None,
         auth_rejected: Counter[str] | None = None,
         state_dir: Path | None = None,
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
         self.settings = settings
+        #: Wall time in ms for the signature's skew check (the daemon's step-proof clock).
+        self.clock_ms: Callable[[], int] = clock_ms if clock_ms is not None else _wall_ms
         self.queue = queue
         self.dropped = dropped
         self.auth_rejected: Counter[str] = Counter() if auth_rejected is None else auth_rejected
@@ -158,7 +161,7 @@ class UdpSource(asyncio.DatagramProtocol):
                 self.auth_rejected["unsigned"] += 1
                 batch = Batch("udp", [Reject(RejectReason.UNAUTHORISED, "unsigned datagram (udp.auth)")])
             else:
-                checked = self.verifier.check(data, time.time_ns() // 1_000_000)
+                checked = self.verifier.check(data, self.clock_ms())
                 if isinstance(checked, AuthReject):
                     self.auth_rejected[checked.reason.value] += 1
                     if not checked.reason.forged:
@@ -201,7 +204,7 @@ class UdpSource(asyncio.DatagramProtocol):
                 guard = 0 if saved["clean"] is True else REPLAY_GUARD_MS
                 self.verifier.import_state(saved["keys"], unclean_guard_ms=guard)
             except (ValueError, KeyError, TypeError, AttributeError) as e:
-                floor = time.time_ns() // 1_000_000 + self.verifier.max_skew_ms
+                floor = self.clock_ms() + self.verifier.max_skew_ms
                 self.verifier.refuse_until(floor)
                 log.warning(
                     "udp_replay_state_unreadable", path=str(path), error=str(e), refuse_until_ms=floor
@@ -234,6 +237,10 @@ class UdpSource(asyncio.DatagramProtocol):
         self._replay_dirty = False
 
 
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 async def open_udp(
     settings: UdpSettings,
     queue: asyncio.Queue[Batch],
@@ -242,6 +249,7 @@ async def open_udp(
     keys: dict[str, bytes] | None = None,
     auth_rejected: Counter[str] | None = None,
     state_dir: Path | None = None,
+    clock_ms: Callable[[], int] | None = None,
 ) -> tuple[asyncio.DatagramTransport, UdpSource]:
     """Bind the UDP source; returns the transport (close it to stop) and the protocol.
 
@@ -261,7 +269,13 @@ async def open_udp(
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.create_datagram_endpoint(
         lambda: UdpSource(
-            settings, queue, dropped, keys=keys, auth_rejected=auth_rejected, state_dir=state_dir
+            settings,
+            queue,
+            dropped,
+            keys=keys,
+            auth_rejected=auth_rejected,
+            state_dir=state_dir,
+            clock_ms=clock_ms,
         ),
         sock=sock,
     )

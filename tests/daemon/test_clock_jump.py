@@ -1,0 +1,157 @@
+"""Wall-clock steps in a real daemon process.
+
+The host's clock cannot be stepped here without disturbing everything else on the machine, so
+the daemon runs with a tiny LD_PRELOAD library (compiled by the test with the system C compiler)
+that adds an offset, read from a file, to CLOCK_REALTIME only; the monotonic clock stays real,
+as on a host whose clock is stepped by NTP or ``date -s``. Game servers keep sending true
+timestamps throughout.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from daemon_harness import DaemonProcess
+
+from arenad.core.engine import Engine
+from arenad.core.params import ADRParams
+from arenad.daemon.state import Checkpoints
+
+SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static int (*real_clock_gettime)(clockid_t, struct timespec *);
+
+int clock_gettime(clockid_t id, struct timespec *ts) {
+    if (!real_clock_gettime) real_clock_gettime = dlsym(RTLD_NEXT, "clock_gettime");
+    int r = real_clock_gettime(id, ts);
+    const char *path = getenv("ARENAD_TEST_WALL_OFFSET_FILE");
+    if (r == 0 && id == CLOCK_REALTIME && path) {
+        FILE *f = fopen(path, "r");
+        double offset = 0.0;
+        if (f) {
+            if (fscanf(f, "%lf", &offset) != 1) offset = 0.0;
+            fclose(f);
+        }
+        long long ns = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec + (long long)(offset * 1e9);
+        ts->tv_sec = ns / 1000000000LL;
+        ts->tv_nsec = ns % 1000000000LL;
+    }
+    return r;
+}
+"""
+
+ADOPT_AFTER = 3.0
+
+
+@pytest.fixture
+def shim(tmp_path: Path) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc is not None, "a C compiler is needed (scripts/test installs gcc where it is missing)"
+    src = tmp_path / "wallshift.c"
+    src.write_text(SHIM)
+    lib = tmp_path / "wallshift.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(lib), str(src), "-ldl"], check=True, timeout=60)
+    return lib
+
+
+def kills(n: int, start: int) -> list[dict[str, Any]]:
+    """True timestamps, as a game server with a good clock sends them."""
+    now = time.time()
+    return [
+        {"t": now - n + k, "attacker": f"p{(start + k) % 9}", "victim": f"p{(start + k + 4) % 9}"}
+        for k in range(n)
+    ]
+
+
+def test_host_clock_steps_do_not_refuse_valid_events_until_adopted(tmp_path: Path, shim: Path) -> None:
+    offset = tmp_path / "offset"
+    offset.write_text("0")
+    config = tmp_path / "a.toml"
+    config.write_text(f"[daemon]\nclock_adopt_after = {ADOPT_AFTER}\ncheckpoint_interval = 0.5\n")
+    d = DaemonProcess(
+        tmp_path / "state",
+        config=config,
+        env={"LD_PRELOAD": str(shim), "ARENAD_TEST_WALL_OFFSET_FILE": str(offset)},
+    )
+    accepted: list[dict[str, Any]] = []
+
+    def send(events: list[dict[str, Any]]) -> dict[str, Any]:
+        d.send_udp(msgpack.packb(events))
+        return d.wait_for(lambda s: sum(s["received"].values()) >= sent[0] + len(events))
+
+    sent = [0]
+
+    def send_and_count(events: list[dict[str, Any]]) -> dict[str, Any]:
+        stats = send(events)
+        sent[0] += len(events)
+        return stats
+
+    d.start()
+    try:
+        batch = kills(40, 0)
+        send_and_count(batch)
+        accepted += batch
+        # The host clock steps an hour back: true timestamps look an hour ahead of it.
+        offset.write_text("-3600")
+        time.sleep(0.3)
+        batch = kills(40, 1)
+        stats = send_and_count(batch)
+        accepted += batch
+        assert stats["rejected_by_daemon"].get("future_time", 0) == 0
+        assert d.metric("arenad_wall_clock_jumps_total") == 1
+        assert d.metric("arenad_wall_clock_offset_seconds") == pytest.approx(-3600, abs=5)
+        # It comes back before adoption: forgotten, nothing refused.
+        offset.write_text("0")
+        time.sleep(0.3)
+        batch = kills(40, 2)
+        send_and_count(batch)
+        accepted += batch
+        assert d.metric("arenad_wall_clock_offset_seconds") == pytest.approx(0, abs=1)
+        # A step two hours ahead that persists is adopted after clock_adopt_after seconds; true
+        # timestamps are then two hours old, well inside max_event_age: still rated.
+        offset.write_text("7200")
+        time.sleep(0.3)
+        send_and_count([])  # an empty datagram: the daemon reads its clock and sees the step
+        batch = kills(40, 4)
+        send_and_count(batch)
+        accepted += batch
+        time.sleep(ADOPT_AFTER + 0.5)
+        batch = kills(40, 5)
+        stats = send_and_count(batch)
+        accepted += batch
+        assert d.metric("arenad_wall_clock_jumps_total") == 2
+        assert d.metric("arenad_wall_clock_offset_seconds") == pytest.approx(0, abs=1)
+        assert any('"wall_clock_adopted"' in line for line in d.log_lines)
+        # A persistent step an hour back is adopted too: from then on true timestamps are an
+        # hour in the future by this host's clock and are refused with that reason, not lost
+        # silently; the daemon stays up.
+        offset.write_text("-3600")
+        time.sleep(0.3)
+        send_and_count([])
+        time.sleep(ADOPT_AFTER + 0.5)
+        stats = send_and_count(kills(30, 6))
+        assert stats["rejected_by_daemon"]["future_time"] == 30
+        assert stats["journal_seq"] == len(accepted)
+        # Monotonic timers never noticed: checkpoints kept being written.
+        assert d.metric("arenad_checkpoint_failures_total") == 0
+        assert d.stop() == 0
+    finally:
+        d.kill()
+    eng = Engine(ADRParams())
+    for ev in accepted:
+        eng.feed(ev["attacker"], ev["victim"], ev["t"])
+    (_seq, path), *_ = Checkpoints(tmp_path / "state").list()
+    saved = Checkpoints.read(path)["scopes"]["engines"]["global"]
+    want = msgpack.unpackb(msgpack.packb(eng.export_state()), raw=False, strict_map_key=False)
+    assert saved == want
