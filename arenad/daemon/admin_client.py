@@ -93,13 +93,20 @@ def run_admin(args: argparse.Namespace) -> int:
         request = _request(args)
         response = _exchange(args, request)
         if args.command == "recompute" and args.wait and response.get("ok"):
-            runs = int(response["recompute"]["runs"])
+            # Done when a run or a failure was counted after this request (a request queued
+            # behind a running recompute waits for that one and then its own).
+            before = response["recompute"]
+            queued = bool(before.get("running"))
+            runs, failures = int(before["runs"]), int(before["failures"])
             deadline = time.monotonic() + args.timeout
             while True:
                 status = _exchange(args, {"op": "recompute_status"})
                 rc = status.get("recompute", {})
-                if not rc.get("running") and (rc.get("runs", 0) > runs or rc.get("failures", 0)):
+                finished = int(rc.get("runs", 0)) - runs + int(rc.get("failures", 0)) - failures
+                if not rc.get("running") and finished >= (2 if queued else 1):
                     response = status
+                    if int(rc.get("failures", 0)) > failures:
+                        response["ok"] = False  # the daemon answered, but the recompute failed
                     break
                 if time.monotonic() > deadline:
                     raise ArenadError(f"the recompute did not finish within {args.timeout:g} s")

@@ -70,6 +70,7 @@ class DaemonSettings:
     max_event_age: float = 7 * 86400.0  # an event older than this (wall clock) is too_old
     dedupe_window: float = 86400.0  # seconds an event id is remembered (duplicate_id)
     dedupe_max_ids: int = 1_000_000  # and at most this many ids
+    clamp_future: bool = True  # an event stamped ahead of this host's clock is rated at arrival
     clock_step: float = 2.0  # a host wall-clock change larger than this is a step (not followed)
     clock_adopt_after: float = 600.0  # seconds a step must persist before it is adopted
 
@@ -83,6 +84,8 @@ class DaemonSettings:
         _need_num(out, "daemon", self, "max_event_age", lo=1)
         _need_num(out, "daemon", self, "dedupe_window", lo=0)
         _need_num(out, "daemon", self, "dedupe_max_ids", lo=0, integer=True)
+        if not isinstance(self.clamp_future, bool):
+            out.append(ConfigProblem("daemon.clamp_future", self.clamp_future, "must be true or false"))
         _need_num(out, "daemon", self, "clock_step", lo=0.1)
         _need_num(out, "daemon", self, "clock_adopt_after", lo=0)
         return out

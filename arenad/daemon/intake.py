@@ -26,6 +26,8 @@ class Intake:
         self.settings = settings
         # Insertion order is arrival order, so the oldest entries are at the front.
         self._seen: dict[tuple[str, str], float] = {}
+        #: Events stamped ahead of this host's clock (within max_clock_skew) and moved back to it.
+        self.clamped = 0
 
     def check(self, ev: E, default_server: str | None, now: float) -> E | Reject:
         """Accept (returning the event with its server filled in) or refuse with a reason.
@@ -39,6 +41,12 @@ class Intake:
         if ev.t < now - s.max_event_age:
             return Reject(RejectReason.TOO_OLD, f"t is {now - ev.t:.0f} s in the past")
         server = ev.server if ev.server is not None else default_server
+        if ev.t > now and s.clamp_future:
+            # A game server whose clock runs ahead would move the rating clock ahead with it, and
+            # every other server's events would then be out_of_order for as long: an event is
+            # never rated later than the moment it arrived (docs/operations.md "Clocks").
+            ev = replace(ev, t=now, server=server)
+            self.clamped += 1
         if ev.id is not None:
             key = (server or "", ev.id)
             if key in self._seen:

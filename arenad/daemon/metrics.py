@@ -182,6 +182,11 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
         storage_errors.add_metric([op], snap.storage_errors.get(op, 0))
     yield storage_errors
     yield CounterMetricFamily(
+        "arenad_events_time_clamped",
+        "Events stamped ahead of this host's clock (within max_clock_skew), rated at their arrival.",
+        value=snap.time_clamped,
+    )
+    yield CounterMetricFamily(
         "arenad_wall_clock_jumps",
         "Host wall-clock steps seen (larger than [daemon] clock_step); not followed until adopted.",
         value=snap.clock_jumps,

@@ -606,6 +606,8 @@ class _Connections:
         timeout = self.settings.idle_timeout
         lines = LineSplitter(self.settings.max_line)
         loop = asyncio.get_running_loop()
+        # The limits as the connection opens: an admin "reload" (reload_settings) replaces them
+        # for connections opened after it.
         rate = self.settings.rate_limit
         bucket = TokenBucket(rate, self.settings.burst, loop.time()) if rate > 0 else None
         while True:
@@ -728,6 +730,15 @@ async def serve_query(handler: QueryHandler, settings: QuerySettings) -> list[as
         await close_servers(servers)
         raise
     return servers
+
+
+def reload_settings(servers: Iterable[asyncio.Server], settings: QuerySettings) -> None:
+    """New limits for connections opened from now on (the admin ``reload``)."""
+    for server in servers:
+        served = _SERVED.get(server)
+        if served is not None:
+            served.connections.settings = settings
+            served.connections.handler.settings = settings
 
 
 async def close_servers(servers: Iterable[asyncio.Server]) -> None:

@@ -66,7 +66,7 @@ from arenad.daemon.intake import Intake
 from arenad.daemon.logs import RejectWarnings, configure_level
 from arenad.daemon.metrics import Metrics, serve_metrics
 from arenad.daemon.notify import Notifier, RatingChange
-from arenad.daemon.query import QueryHandler, close_servers, serve_query
+from arenad.daemon.query import QueryHandler, close_servers, reload_settings, serve_query
 from arenad.daemon.shadows import ModelSet, adr_prediction
 from arenad.daemon.sources.hl_udp import HlUdpSource, load_secrets, open_hl_udp
 from arenad.daemon.sources.mqtt import MqttStatus, load_password, run_mqtt, tls_context
@@ -158,6 +158,16 @@ class RecomputeStatus:
         }
 
 
+def _merge_requests(
+    a: tuple[str | None, float | None], b: tuple[str | None, float | None]
+) -> tuple[str | None, float | None]:
+    """One recompute that covers both: the wider scope (all, unless both name the same) and the
+    earlier start (the whole history, unless both give one)."""
+    scope = a[0] if a[0] is not None and a[0] == b[0] else None
+    from_t = None if a[1] is None or b[1] is None else min(a[1], b[1])
+    return scope, from_t
+
+
 class Daemon:
     """Owns the engine, the journal and every server; ``run`` until stopped."""
 
@@ -227,6 +237,7 @@ class Daemon:
         self.reject_warnings = RejectWarnings(settings.log.reject_warning_interval)
         self.bound: dict[str, Any] = {}  # actual listening addresses, for logs and tests
         self.query_handler: QueryHandler | None = None  # set once the query server starts
+        self._query_servers: list[asyncio.Server] = []
         self._lock_fd: int | None = None
         self._sample = 0
         # Storage faults (a full disk): failed writes by op, which ops fail now, when each was
@@ -289,6 +300,7 @@ class Daemon:
             archive_bytes=0 if self.archive is None else self.archive.total_bytes,
             archive_last_seq=0 if self.archive is None else self.archive.last_seq,
             clock_jumps=self.clock.jumps,
+            time_clamped=self.intake.clamped,
             clock_offset=self.clock.offset,
             notify=None
             if self.notifier is None or not self.notifier.enabled
@@ -429,17 +441,18 @@ class Daemon:
         self.recovery = report
         return report
 
-    def _control(self, rec: ControlRecord) -> None:
+    def _control(self, rec: ControlRecord, scopes: ScopeSet | None = None) -> None:
         """A journaled admin operation, live or in recovery (``history.apply_control``); an
         exclusion rule takes effect for later events here, and for earlier ones by recompute."""
+        sc = self.scopes if scopes is None else scopes
         if rec.op == "exclude":
             rule = Rule.from_dict(rec.args)
-            if all(r.id != rule.id for r in self.scopes.exclusions.rules):
-                self.scopes.exclusions.add(rule)
+            if all(r.id != rule.id for r in sc.exclusions.rules):
+                sc.exclusions.add(rule)
         elif rec.op == "include":
-            self.scopes.exclusions.remove(int(rec.args["id"]))
+            sc.exclusions.remove(int(rec.args["id"]))
         else:
-            apply_control(self.scopes, rec)
+            apply_control(sc, rec)
 
     def _count_outcome(self, outcome: Outcome) -> None:
         if outcome is Outcome.APPLIED:
@@ -520,13 +533,15 @@ class Daemon:
         """
         pending = self._pending_recompute
         if pending is not None:
-            # Merge: the widest scope and the earliest start cover both requests.
-            scope = None if scope is None or pending[0] is None or scope != pending[0] else scope
-            from_t = None if from_t is None or pending[1] is None else min(from_t, pending[1])
+            scope, from_t = _merge_requests((scope, from_t), pending[:2])
         self._pending_recompute = (scope, from_t, reason)
+        # The file covers the running request too: after a crash one recompute redoes both.
+        durable = (scope, from_t)
+        if self.recompute.running:
+            durable = _merge_requests(durable, (self.recompute.scope, self.recompute.from_t))
         write_atomic(
             self.state_dir / RECOMPUTE_FILE,
-            json.dumps({"scope": scope, "from": from_t, "reason": reason}).encode(),
+            json.dumps({"scope": durable[0], "from": durable[1], "reason": reason}).encode(),
         )
         if self._recompute_task is None or self._recompute_task.done():
             self._recompute_task = asyncio.create_task(self._recompute_loop(), name="recompute")
@@ -614,12 +629,7 @@ class Daemon:
             return
         for rec in History(self.state_dir, self.archive_reader()).records(after, upto):
             if isinstance(rec, ControlRecord):
-                if rec.op == "exclude":
-                    scopes.exclusions.add(Rule.from_dict(rec.args))
-                elif rec.op == "include":
-                    scopes.exclusions.remove(int(rec.args["id"]))
-                else:
-                    apply_control(scopes, rec)
+                self._control(rec, scopes)  # exclusion rules as live: from here on
             else:
                 apply_record(scopes, rec)
 
@@ -787,7 +797,7 @@ class Daemon:
         for k, rec in enumerate(records):
             assert rec is not None  # only this loop sets entries to None, behind itself
             if isinstance(rec, ControlRecord):
-                self._control(rec)
+                self._control(rec, scopes)
                 records[k] = None  # nothing for the shadows
                 simple = len(scopes.config.kinds) == 1 and not scopes.exclusions
                 work += 1
@@ -812,7 +822,7 @@ class Daemon:
                 work += 1 + len(rec.pairs) // PAIRS_PER_EVENT
             elif not simple or notify:
                 work += 1
-                outcome = await self._apply_scoped(rec, scoring, notify)
+                outcome = await self._apply_scoped(scopes, rec, scoring, notify)
                 if outcome is None:
                     records[k] = None  # excluded: the shadows skip it too
                 elif outcome is applied_outcome:
@@ -878,14 +888,18 @@ class Daemon:
         self._sample = sample
         await self._shadows(records, start, [*cuts, len(records)])
 
-    async def _apply_scoped(self, rec: Record, scoring: bool, notify: bool) -> Outcome | None:
-        """One kill into every scope it belongs to; the global outcome (None: excluded).
+    async def _apply_scoped(
+        self, scopes: ScopeSet, rec: Record, scoring: bool, notify: bool
+    ) -> Outcome | None:
+        """One kill into every scope of ``scopes`` it belongs to; the global outcome (None: excluded).
 
-        Each engine recalibrates exactly where ``Engine.feed`` would, with the O(P) part in a
-        worker thread as for the plain path.
+        ``scopes`` is the set this engine step started with: a recompute that swaps in a new one
+        meanwhile has already applied this step's records to it (it catches up on everything
+        journaled), so the rest of the step must not reach it a second time. Each engine
+        recalibrates exactly where ``Engine.feed`` would, the O(P) part in a worker thread.
         """
         _, t, attacker, victim, server, _i = rec
-        engines = self.scopes.targets(attacker, victim, t, server)
+        engines = scopes.targets(attacker, victim, t, server)
         if engines is None:
             self.excluded += 1
             return None
@@ -1118,6 +1132,7 @@ class Daemon:
             )
             self.query_handler = handler
             qservers = await serve_query(handler, s.query)
+            self._query_servers = qservers
             servers.extend(qservers)
             for srv in qservers:
                 name = srv.sockets[0].getsockname()
@@ -1235,6 +1250,7 @@ class Daemon:
         self.scopes.config = self.scope_config
         if self.query_handler is not None:
             self.query_handler.settings = new.query
+        reload_settings(self._query_servers, new.query)
         if new.log.level != old.log.level:
             configure_level(new.log.level)
         self.reject_warnings.interval = new.log.reject_warning_interval

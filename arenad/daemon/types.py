@@ -146,4 +146,5 @@ class MetricsSnapshot:
     archive_last_seq: int = 0
     notify: tuple[bool, int, int] | None = None  # connected, published, dropped
     clock_jumps: int = 0  # host wall-clock steps seen (arenad.daemon.clock)
+    time_clamped: int = 0  # events stamped ahead of the host clock, rated at arrival
     clock_offset: float = 0.0  # host wall clock minus the daemon's clock, seconds

@@ -155,3 +155,46 @@ def test_host_clock_steps_do_not_refuse_valid_events_until_adopted(tmp_path: Pat
     saved = Checkpoints.read(path)["scopes"]["engines"]["global"]
     want = msgpack.unpackb(msgpack.packb(eng.export_state()), raw=False, strict_map_key=False)
     assert saved == want
+
+
+@pytest.mark.parametrize("clamp", [True, False])
+def test_a_game_server_with_a_fast_clock_cannot_push_the_others_out(tmp_path: Path, clamp: bool) -> None:
+    """One server's clock runs 200 s ahead (inside max_clock_skew); a good server keeps sending.
+
+    With clamp_future (the default) the fast server's kills are rated at their arrival and the
+    good server loses nothing; without it the rating clock jumps ahead and the good server's
+    kills are refused as out_of_order: the hazard the default exists for."""
+    config = tmp_path / "a.toml"
+    config.write_text(f"[daemon]\nclamp_future = {'true' if clamp else 'false'}\n")
+    d = DaemonProcess(tmp_path / "state", config=config).start()
+    try:
+        now = time.time()
+        fast = [
+            {
+                "t": now + 200 + k * 0.01,
+                "attacker": f"f{k % 5}",
+                "victim": f"f{(k + 2) % 5}",
+                "server": "fast",
+            }
+            for k in range(30)
+        ]
+        d.send_events(fast)
+        d.wait_for(lambda s: s["journal_seq"] == 30 and s["queue_depth"] == 0)
+        t0 = time.time() - 1
+        good = [
+            {"t": t0 + k * 0.01, "attacker": f"g{k % 5}", "victim": f"g{(k + 2) % 5}", "server": "good"}
+            for k in range(30)
+        ]
+        d.send_events(good)
+        stats = d.wait_for(lambda s: s["journal_seq"] == 60 and s["queue_depth"] == 0)
+        out_of_order = stats["rejected"].get("out_of_order", 0)
+        if clamp:
+            assert d.metric("arenad_events_time_clamped_total") == 30
+            assert out_of_order == 0
+            assert stats["clock"] < time.time() + 1  # the rating clock never ran ahead
+        else:
+            assert d.metric("arenad_events_time_clamped_total") == 0
+            assert out_of_order == 30
+        assert d.stop() == 0
+    finally:
+        d.kill()

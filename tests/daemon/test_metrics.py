@@ -84,6 +84,7 @@ def full_snapshot() -> MetricsSnapshot:
         archive_last_seq=27,
         notify=(True, 28, 29),
         clock_jumps=30,
+        time_clamped=32,
         clock_offset=-31.5,
         models=[
             ModelFigures("adr", "primary", 900, 500, 0.61, 0.21, 0.74),
@@ -225,6 +226,7 @@ class TestExportedValues:
             one("arenad_notify_published_total"): 28,
             one("arenad_notify_dropped_total"): 29,
             one("arenad_wall_clock_jumps_total"): 30,
+            one("arenad_events_time_clamped_total"): 32,
             one("arenad_wall_clock_offset_seconds"): -31.5,
         }
         for name, values in {

@@ -394,3 +394,32 @@ def test_cli_season_exclude_server_window_recompute_and_reload(tmp_path: Path) -
     assert set(saved) == set(ref.engines)
     for key, eng in ref.engines.items():
         assert canon(eng.export_state()) == saved[key], key
+
+
+def test_reload_gives_new_query_connections_the_new_rate_limit(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    config = write_config(
+        tmp_path / "a.toml", f'[daemon]\nstate_dir = "{state}"\n[query]\nrate_limit = 0.5\nburst = 2\n'
+    )
+    d = DaemonProcess(state, config=config).start()
+
+    def burst(n: int) -> list[bool]:
+        with socket.create_connection(d.addr("query"), timeout=10) as s:
+            s.sendall(b'{"op": "stats"}\n' * n)
+            buf = b""
+            while buf.count(b"\n") < n:
+                chunk = s.recv(65536)
+                assert chunk
+                buf += chunk
+        return [bool(json.loads(line)["ok"]) for line in buf.splitlines()]
+
+    try:
+        assert burst(4) == [True, True, False, False]
+        write_config(config, f'[daemon]\nstate_dir = "{state}"\n[query]\nrate_limit = 0.0\nburst = 2\n')
+        out = arenad("admin", '{"op": "reload"}', "--config", str(config))
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["changed"] == ["query.rate_limit"]
+        assert burst(6) == [True] * 6
+        assert d.stop() == 0
+    finally:
+        d.kill()
