@@ -115,6 +115,15 @@ def calendar_season(calendar: str, t: float) -> tuple[str, float]:
     raise ValueError(f"no calendar {calendar!r}")
 
 
+def calendar_next(calendar: str, t: float) -> float:
+    """Start time of the calendar season after the one holding ``t``."""
+    d = datetime.fromtimestamp(math.floor(t), UTC)
+    months = {"monthly": 1, "quarterly": 3, "yearly": 12}[calendar]
+    first = (d.month - 1) // months * months  # 0-based month the current season starts in
+    m = first + months
+    return datetime(d.year + m // 12, m % 12 + 1, 1, tzinfo=UTC).timestamp()
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One exclusion: every kill involving ``player``, or every kill of ``server`` in [start, end)."""
@@ -242,6 +251,7 @@ class ScopeSet:
         self.excluded = 0  # kills rated nowhere because an exclusion rule matched
         self.refused: Counter[str] = Counter()  # scopes not created (max_servers)
         self._event_params = replace(params, decay=False, idle_after=0.0)
+        self._season_quiet_until = -math.inf  # a cache: recomputed after a restart
         self._servers = 0
 
     # ------------------------------------------------------------------ lookups
@@ -327,6 +337,11 @@ class ScopeSet:
             eng.feed(attacker, victim, t)
         return outcome
 
+    def reconfigure(self, config: ScopeConfig) -> None:
+        """New windows, seasons or calendar (the admin ``reload``); kinds stay as they are."""
+        self.config = config
+        self._season_quiet_until = -math.inf
+
     def _server_scope(self, key: str) -> Engine | None:
         if self._servers >= self.config.max_servers:
             self.refused["server"] += 1
@@ -338,11 +353,14 @@ class ScopeSet:
 
     # ------------------------------------------------------------------ seasons
     def _season_due(self, t: float) -> None:
+        if t < self._season_quiet_until:
+            return  # no season can start before then (calendar dates cost microseconds per kill)
         cfg = self.config
         if cfg.season_calendar != "none":
             name, start = calendar_season(cfg.season_calendar, t)
             if name != self.season and start > self.season_start:
                 self.start_season(name, start, cfg.season_reset)
+            self._season_quiet_until = calendar_next(cfg.season_calendar, t)
             return
         due: SeasonStart | None = None
         for s in cfg.seasons:  # sorted by start; the newest one whose start has come

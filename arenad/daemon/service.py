@@ -1247,7 +1247,7 @@ class Daemon:
             raise ArenadError(f"reload refused: {', '.join(blocked)} can only change with a restart")
         self.settings = new
         self.scope_config = new.scopes.config()
-        self.scopes.config = self.scope_config
+        self.scopes.reconfigure(self.scope_config)
         if self.query_handler is not None:
             self.query_handler.settings = new.query
         reload_settings(self._query_servers, new.query)

@@ -12,6 +12,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from arenad.core.engine import Engine, Outcome, PlayerView
 from arenad.core.params import TIER_NAMES, ADRParams
@@ -24,6 +26,7 @@ from arenad.scopes import (
     ScopeConfig,
     ScopeSet,
     SeasonStart,
+    calendar_next,
     calendar_season,
     parse_scope,
 )
@@ -621,3 +624,17 @@ class TestState:
             ScopeSet.from_state(state, PARAMS, ScopeConfig())
         with pytest.raises(ValueError, match="version"):
             ScopeSet.from_state({"version": 99}, PARAMS, ScopeConfig())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    calendar=st.sampled_from(("monthly", "quarterly", "yearly")),
+    t=st.floats(min_value=0.0, max_value=4_000_000_000.0),
+)
+def test_calendar_next_is_where_the_next_season_starts(calendar: str, t: float) -> None:
+    name, start = calendar_season(calendar, t)
+    nxt = calendar_next(calendar, t)
+    assert start <= t < nxt
+    assert calendar_season(calendar, nxt)[1] == nxt
+    assert calendar_season(calendar, nxt)[0] != name
+    assert calendar_season(calendar, nxt - 1.0)[0] == name
