@@ -20,6 +20,7 @@ replay of the same events (tests/daemon/test_recompute.py).
 from __future__ import annotations
 
 import gzip
+import io
 import itertools
 import json
 import math
@@ -49,6 +50,8 @@ from arenad.scopes import Exclusions, Reset, ScopeConfig, ScopeSet
 log = structlog.get_logger("arenad.history")
 
 MANIFEST = "manifest.json"
+#: Bytes of decompressed history read at a time.
+READ_CHUNK = 4 << 20
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -143,14 +146,25 @@ class Archive:
             if int(f["last"]) <= after:
                 continue
             with (self.dir / f["name"]).open("rb") as fh:
-                raw = fh.read(int(f["bytes"]))
-            data = gzip.decompress(raw)
-            recs, good = read_records(data)
-            if good != len(data):
-                raise StateError(f"archive file {f['name']} is damaged at byte {good}")
-            for rec in recs:
-                if record_seq(rec) > after:
-                    yield rec
+                raw = fh.read(int(f["bytes"]))  # compressed: at most archive_file_bytes
+            # Decompressed a chunk at a time, so memory stays at one chunk of records however
+            # large the file (a whole 64 MiB file of gzip is several million kills).
+            stream = gzip.GzipFile(fileobj=io.BytesIO(raw))
+            buf = b""
+            while True:
+                chunk = stream.read(READ_CHUNK)
+                buf = buf + chunk if buf else chunk
+                recs, good = read_records(buf)
+                for rec in recs:
+                    if record_seq(rec) > after:
+                        yield rec
+                buf = buf[good:]
+                if not chunk:
+                    break
+            if buf:
+                raise StateError(
+                    f"archive file {f['name']} is damaged ({len(buf)} bytes after the last record)"
+                )
 
 
 def retire_segments(journal: Journal, archive: Archive | None, seq: int) -> int:
