@@ -55,6 +55,8 @@ ADMIN_OPS = (
 )
 MAX_LINE = 65536
 MIN_TOKEN = 16
+MAX_CONNECTIONS = 16  # admin connections at once (the TCP listener is reachable by more than root)
+IDLE_TIMEOUT = 300.0  # seconds an admin connection may wait between requests
 
 
 class AdminError(Exception):
@@ -289,15 +291,28 @@ async def serve_admin(
 ) -> list[asyncio.Server]:
     """The Unix socket (mode 0600) and, with a token, a TCP listener."""
 
+    slots = asyncio.Semaphore(MAX_CONNECTIONS)
+
     async def session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tok: str | None) -> None:
+        if slots.locked():
+            writer.write(b'{"ok": false, "error": "too many admin connections"}\n')
+            writer.close()
+            return
+        async with slots:
+            await _session(reader, writer, tok)
+
+    async def _session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tok: str | None) -> None:
         try:
             while True:
                 try:
-                    line = await reader.readuntil(b"\n")
+                    async with asyncio.timeout(IDLE_TIMEOUT):
+                        line = await reader.readuntil(b"\n")
                 except asyncio.IncompleteReadError as e:
                     line = e.partial
                     if not line.strip():
                         return
+                except TimeoutError:
+                    return  # idle: an admin session is a few requests, not a standing line
                 except asyncio.LimitOverrunError:
                     writer.write(b'{"ok": false, "error": "request line too long"}\n')
                     await writer.drain()

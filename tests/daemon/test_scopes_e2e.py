@@ -318,6 +318,21 @@ def test_admin_is_never_served_on_the_query_port_and_tcp_admin_needs_the_token(t
         # The Unix socket is owner-only: the filesystem decides who is an admin.
         mode = Path(d.addresses["admin"]).stat().st_mode & 0o777
         assert mode == 0o600
+        # At most 16 admin connections at once; the 17th is told so and closed.
+        held = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(16)]
+        try:
+            for s in held:
+                s.settimeout(10)
+                s.connect(str(d.addresses["admin"]))
+                s.sendall(b'{"op": "scopes"}\n')
+                assert json.loads(s.recv(65536))["ok"] is True  # each one is being served
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as extra:
+                extra.settimeout(10)
+                extra.connect(str(d.addresses["admin"]))
+                assert json.loads(extra.recv(65536))["error"] == "too many admin connections"
+        finally:
+            for s in held:
+                s.close()
         assert d.query({"op": "scopes"})["season"] == "opening"
         assert d.stop() == 0
     finally:
