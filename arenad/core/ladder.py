@@ -24,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 
 
-class Ladder:
+class PyLadder:
     """Sorted unique (key, id) entries; ascending order is the ladder order (best first)."""
 
     __slots__ = ("_fenwick", "_ids", "_keys", "_len", "_load", "_maxes")
@@ -277,3 +277,17 @@ class Ladder:
         if not self._len:
             raise IndexError("empty ladder")
         return self._keys[-1][-1], self._ids[-1][-1]
+
+
+#: The ladder the engine uses: the C twin of ``PyLadder`` (``arenad/core/_ladder.c``: the same
+#: structure and the same answers, docs/performance.md) when it was built, else this module's.
+#: ``setup.py`` marks the extension optional: without a compiler the install falls back here.
+Ladder: type[PyLadder] | type[_NativeLadder]
+try:
+    from arenad.core._ladder import Ladder as _NativeLadder
+
+    Ladder = _NativeLadder
+    NATIVE = True
+except ImportError:  # pragma: no cover - only where the C extension could not be built
+    Ladder = PyLadder
+    NATIVE = False

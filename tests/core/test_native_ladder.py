@@ -1,0 +1,121 @@
+"""The C ladder (arenad/core/_ladder.c) against the Python one (arenad.core.ladder.PyLadder): the same
+operations give the same answers, entry for entry (docs/performance.md)."""
+
+from __future__ import annotations
+
+import shutil
+import sysconfig
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arenad.core import ladder as ladder_module
+from arenad.core.ladder import PyLadder
+
+if TYPE_CHECKING:
+    from arenad.core._ladder import Ladder as NativeLadder
+
+keys = st.sampled_from([-3.5, -1.0, 0.0, 0.25, 1.0, 2.0, 1e9]) | st.floats(-1e6, 1e6)
+ids = st.integers(min_value=0, max_value=60)
+
+
+def native_ladder() -> type:
+    from arenad.core._ladder import Ladder
+
+    return Ladder
+
+
+def test_the_c_ladder_is_built_where_it_can_be() -> None:
+    """scripts/test installs a C compiler; with it and Python's headers the build must not have
+    silently fallen back to Python (setup.py marks the extension optional)."""
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if shutil.which("cc") and headers.exists():
+        assert ladder_module.NATIVE, "arenad.core._ladder was not built: run ./scripts/bootstrap"
+        assert ladder_module.Ladder is native_ladder()
+
+
+def state(lad: PyLadder | NativeLadder) -> tuple[list[tuple[float, int]], list[int]]:
+    return list(lad.entries()), list(lad)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    initial=st.dictionaries(ids, keys, max_size=80),
+    ops=st.lists(st.tuples(st.sampled_from(["add", "remove", "move", "move_near"]), keys, ids), max_size=400),
+    load=st.integers(min_value=1, max_value=12),
+    probes=st.lists(keys, max_size=6),
+)
+def test_same_operations_same_answers(
+    initial: dict[int, float], ops: list[tuple[str, float, int]], load: int, probes: list[float]
+) -> None:
+    c_cls = native_ladder()
+    entries = [(k, i) for i, k in initial.items()]
+    py = PyLadder(entries, load=load)
+    c = c_cls(entries, load=load)
+    by_id = dict(initial)
+    for op, key, pid in ops:
+        if op == "add" and pid not in by_id:
+            py.add(key, pid)
+            c.add(key, pid)
+            by_id[pid] = key
+        elif op == "remove" and pid in by_id:
+            old = by_id.pop(pid)
+            py.remove(old, pid)
+            c.remove(old, pid)
+        elif op.startswith("move") and pid in by_id:
+            old = by_id[pid]
+            new = old + (key % 7.0 - 3.5) if op == "move_near" else key  # mostly in-block moves
+            py.move(old, new, pid)
+            c.move(old, new, pid)
+            by_id[pid] = new
+        assert len(c) == len(py)
+    assert state(c) == state(py)
+    assert bool(c) == bool(py)
+    for probe in [*probes, *list(by_id.values())[:5]]:
+        assert c.count_below(probe) == py.count_below(probe)
+        assert c.count_at_most(probe) == py.count_at_most(probe)
+    for pid, key in list(by_id.items())[:10]:
+        assert c.index(key, pid) == py.index(key, pid)
+    n = len(py)
+    for start, stop in [(0, n), (0, 3), (n // 2, n // 2 + 5), (n - 2, n + 10), (-4, 2), (n + 1, n + 5)]:
+        assert list(c.islice(start, stop)) == list(py.islice(start, stop))
+    if n:
+        assert c.first() == py.first() and c.last() == py.last()
+
+
+def test_errors_match() -> None:
+    c_cls = native_ladder()
+    for cls in (PyLadder, c_cls):
+        lad = cls([(1.0, 1), (2.0, 2)], load=2)
+        with pytest.raises(KeyError):
+            lad.move(1.5, 3.0, 1)
+        with pytest.raises(KeyError):
+            lad.remove(2.0, 9)
+        with pytest.raises(IndexError):
+            cls().first()
+    with pytest.raises(OverflowError):
+        c_cls().add(1.0, 1 << 32)
+
+
+def test_a_million_entries_in_random_moves_stay_identical() -> None:
+    """The engine's scale: 100,000 players, 200,000 moves of random size."""
+    import random
+
+    rng = random.Random(7)
+    entries = [(-rng.gauss(1000.0, 200.0), i) for i in range(100_000)]
+    py = PyLadder(entries)
+    c = native_ladder()(entries)
+    key = {i: k for k, i in entries}
+    for _ in range(200_000):
+        i = rng.randrange(100_000)
+        new = key[i] + rng.uniform(-40.0, 40.0)
+        py.move(key[i], new, i)
+        c.move(key[i], new, i)
+        key[i] = new
+    assert state(c) == state(py)
+    assert [c.count_below(k) for k in (-1500.0, -1000.0, -500.0)] == [
+        py.count_below(k) for k in (-1500.0, -1000.0, -500.0)
+    ]
