@@ -349,9 +349,10 @@ static PyObject *Ladder_index(LadderObject *self, PyObject *const *args, Py_ssiz
 
 static PyObject *Ladder_islice(LadderObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) return PyErr_Format(PyExc_TypeError, "islice(start, stop)");
-    Py_ssize_t start = PyLong_AsSsize_t(args[0]);
+    /* Clamped like Python slicing: an offset of 10**30 is past the end, not an error. */
+    Py_ssize_t start = PyNumber_AsSsize_t(args[0], NULL);
     if (start == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t stop = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t stop = PyNumber_AsSsize_t(args[1], NULL);
     if (stop == -1 && PyErr_Occurred()) return NULL;
     if (start < 0) start = 0;
     if (stop > self->len) stop = self->len;

@@ -1020,7 +1020,7 @@ class Daemon:
 
     async def _engine_loop(self) -> None:
         interval = self.settings.daemon.checkpoint_interval
-        next_checkpoint = time.monotonic() + interval
+        next_checkpoint = time.monotonic()  # the first one at once (after recovery: see _serve)
         watchdog = sdnotify.watchdog_interval()
         next_ping = time.monotonic()
         while True:
@@ -1155,8 +1155,10 @@ class Daemon:
                 self.bound["source_udp"] = hl_transport.get_extra_info("sockname")[:2]
             self.followers = self._make_followers()
             servers.extend(await self._start_admin())
-            # The initial checkpoint makes the recovered state durable before new intake.
-            await self.checkpoint()
+            # Ready before the first checkpoint: the recovered state is already durable (the
+            # checkpoint it came from plus the journal tail, torn tail cut); the engine task
+            # writes a checkpoint first thing, so the next start replays little, while queries
+            # are answered and intake queues meanwhile.
             self.ready = True
             sdnotify.notify("READY=1")
             log.info(

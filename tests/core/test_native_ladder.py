@@ -80,7 +80,16 @@ def test_same_operations_same_answers(
     for pid, key in list(by_id.items())[:10]:
         assert c.index(key, pid) == py.index(key, pid)
     n = len(py)
-    for start, stop in [(0, n), (0, 3), (n // 2, n // 2 + 5), (n - 2, n + 10), (-4, 2), (n + 1, n + 5)]:
+    spans = [
+        (0, n),
+        (0, 3),
+        (n // 2, n // 2 + 5),
+        (n - 2, n + 10),
+        (-4, 2),
+        (n + 1, n + 5),
+        (10**30, 10**30 + 10),
+    ]
+    for start, stop in spans:
         assert list(c.islice(start, stop)) == list(py.islice(start, stop))
     if n:
         assert c.first() == py.first() and c.last() == py.last()
