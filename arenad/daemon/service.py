@@ -394,45 +394,71 @@ class Daemon:
         records, truncations = self.journal.replay_after(self.seq)
         chunk: list[JournalRecord | None] = []
         now = self.clock.now()
+        # The hot loop of a restart (a million records take seconds): locals, and the plain
+        # path when only the global ladder exists and no exclusion rule is in force.
+        last = self.seq
+        replayed = 0
+        applied = 0
+        remember = self.intake.remember
+        scoring = self.models.scoring
+        applied_outcome = Outcome.APPLIED
+        player_cap = Outcome.PLAYER_CAP
+        simple = len(self.scopes.config.kinds) == 1 and not self.scopes.exclusions
         for rec in records:
-            seq = record_seq(rec)
-            if seq != self.seq + 1:
-                raise StateError(f"journal jumps from event {self.seq} to {seq}: history is missing")
-            if isinstance(rec, ControlRecord):
+            seq = rec[0] if isinstance(rec, tuple) else rec.seq
+            if seq != last + 1:
+                self.seq = last
+                raise StateError(f"journal jumps from event {last} to {seq}: history is missing")
+            last = seq
+            replayed += 1
+            if isinstance(rec, tuple):
+                _seq, t, attacker, victim, server, event_id = rec
+                if event_id is not None:
+                    remember(server, event_id, now)
+                if simple:
+                    g = self.scopes.global_engine
+                    if scoring:
+                        self.models.primary.add(adr_prediction(g, attacker, victim))
+                    outcome = g.feed(attacker, victim, t)
+                else:
+                    engines = self.scopes.targets(attacker, victim, t, server)
+                    if engines is None:
+                        self.excluded += 1
+                        chunk.append(None)  # excluded: rated nowhere, not by the shadows either
+                        continue
+                    if scoring:
+                        self.models.primary.add(adr_prediction(engines[0], attacker, victim))
+                    outcome = engines[0].feed(attacker, victim, t)
+                    for eng in engines[1:]:
+                        eng.feed(attacker, victim, t)
+                if outcome is applied_outcome:
+                    applied += 1
+                    chunk.append(rec)
+                else:
+                    self._count_outcome(outcome)
+                    # A refused kill is skipped by the shadows, as in _apply.
+                    chunk.append(None if outcome is player_cap else rec)
+            elif isinstance(rec, ControlRecord):
                 self._control(rec)
                 chunk.append(None)
-            elif isinstance(rec, PlacementRecord):
-                self.intake.remember(rec.server, rec.id, now)
+                simple = len(self.scopes.config.kinds) == 1 and not self.scopes.exclusions
+            else:
+                remember(rec.server, rec.id, now)
                 if self.scopes.exclusions and self.scopes.exclusions.excludes_placement(
                     rec.placements, rec.t, rec.server
                 ):
                     chunk.append(None)
                 else:
-                    if self.models.scoring:
+                    if scoring:
                         self.models.score_primary_placement(self.engine, rec)
                     self.placements += 1
                     chunk.append(rec)
-            else:
-                _seq, t, attacker, victim, server, event_id = rec
-                self.intake.remember(server, event_id, now)
-                engines = self.scopes.targets(attacker, victim, t, server)
-                if engines is None:
-                    self.excluded += 1
-                    chunk.append(None)  # excluded: rated nowhere, not by the shadows either
-                else:
-                    if self.models.scoring:
-                        self.models.primary.add(adr_prediction(self.engine, attacker, victim))
-                    outcome = engines[0].feed(attacker, victim, t)
-                    self._count_outcome(outcome)
-                    for eng in engines[1:]:
-                        eng.feed(attacker, victim, t)
-                    # A refused kill is skipped by the shadows, as in _apply.
-                    chunk.append(None if outcome is Outcome.PLAYER_CAP else rec)
             if len(chunk) >= REPLAY_CHUNK:
                 self.models.run(chunk)  # the shadows after the primary, as in _process
                 chunk = []
-            self.seq = seq
-            report.replayed += 1
+        self.seq = last
+        self.applied += applied
+        report.replayed += replayed
         self.models.run(chunk)
         report.truncated_bytes = sum(truncations)
         if report.truncated_bytes:
