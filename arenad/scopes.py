@@ -185,12 +185,15 @@ class Exclusions:
         players = self._players
         if players and (attacker in players or victim in players):
             return True
-        return any(r.server == server and r.start <= t < r.end for r in self._servers)
+        return self._server_window(t, server)
 
     def excludes_placement(self, groups: Sequence[Sequence[str]], t: float, server: str | None) -> bool:
         players = self._players
         if players and any(p in players for g in groups for p in g):
             return True
+        return self._server_window(t, server)
+
+    def _server_window(self, t: float, server: str | None) -> bool:
         return any(r.server == server and r.start <= t < r.end for r in self._servers)
 
     def add(self, rule: Rule) -> None:

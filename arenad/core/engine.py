@@ -715,22 +715,22 @@ class Engine:
         r[idle] = new_r
         sig[idle] = new_s
         last[idle] = now
-        moved = idle[new_r != old_r]
+        changed = new_r != old_r
         self._sum_r_all += float(np.sum(new_r - old_r))
         self._sum_sigma += float(np.sum(new_s - old_s))
         act = np.frombuffer(self._active, dtype=np.uint8)[idle].astype(bool)
         if act.any():
             self._sum_r_active += float(np.sum(new_r[act] - old_r[act]))
         del r, sig, last, count  # release the buffers: the columns must stay resizable
-        moved_ids = moved.tolist()
-        old_of = dict(zip(idle.tolist(), old_r.tolist(), strict=True))
+        moved_ids = idle[changed].tolist()
+        moved_old = old_r[changed].tolist()
         rr = self._r
         if len(moved_ids) > size // 4:
             self._ladder = Ladder((-rr[i], i) for i in range(size))
         else:
             move = self._ladder.move
-            for i in moved_ids:
-                move(-old_of[i], -rr[i], i)
+            for i, old in zip(moved_ids, moved_old, strict=True):
+                move(-old, -rr[i], i)
         tier = self._tier
         bounds = self._bounds
         for i in moved_ids:

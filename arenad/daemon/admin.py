@@ -25,7 +25,6 @@ import hmac
 import json
 import math
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -140,7 +139,9 @@ class AdminHandler:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         req = ControlRequest(
-            op, args, t=max(d.engine.clock, _now()) if math.isfinite(d.engine.clock) else _now()
+            op,
+            args,
+            t=max(d.engine.clock, d.clock.now()),  # -inf before the first event
         )
 
         def finished() -> None:
@@ -280,10 +281,6 @@ class AdminHandler:
         except ArenadError as e:
             raise AdminError(str(e)) from None
         return {"changed": changed}
-
-
-def _now() -> float:
-    return time.time()
 
 
 async def serve_admin(

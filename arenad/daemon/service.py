@@ -86,7 +86,7 @@ from arenad.daemon.state import (
 from arenad.daemon.types import Batch, MetricsSnapshot
 from arenad.errors import ArenadError, ConfigError, ConfigProblem
 from arenad.feeds import discover_feeds
-from arenad.scopes import Exclusions, Rule, ScopeSet
+from arenad.scopes import Exclusions, Rule, ScopeConfig, ScopeSet
 from arenad.settings import Settings
 
 log = structlog.get_logger("arenad")
@@ -179,8 +179,7 @@ class Daemon:
             step=settings.daemon.clock_step, adopt_after=settings.daemon.clock_adopt_after
         )
         self.state_dir = Path(settings.daemon.state_dir)
-        self.scope_config = settings.scopes.config()
-        self.scopes = ScopeSet(settings.adr, self.scope_config)
+        self.scopes = ScopeSet(settings.adr, settings.scopes.config())
         self.intake = Intake(settings.daemon)
         self.queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=settings.daemon.queue_size)
         self.stop = asyncio.Event()  # SIGTERM/SIGINT: stop intake, drain, checkpoint, exit
@@ -248,6 +247,11 @@ class Daemon:
         self._storage_logged: dict[str, float] = {}
         self._held: tuple[list[JournalRecord], list[Batch], int] | None = None
         self._unjournaled_ids = False  # set when a held step was given up at stop (no checkpoint)
+
+    @property
+    def scope_config(self) -> ScopeConfig:
+        """What [scopes] configures now (``reload`` replaces it on the live ScopeSet)."""
+        return self.scopes.config
 
     @property
     def engine(self) -> Engine:
@@ -672,6 +676,8 @@ class Daemon:
         """Put the recomputed state in place: all of it, or one scope's engine."""
         if scope is None:
             new.exclusions = Exclusions(list(self.scopes.exclusions.rules))
+            if new.config is not self.scopes.config:  # a reload while it ran
+                new.reconfigure(self.scopes.config)
             self.scopes = new
             return new.keys()
         if scope in new.engines:
@@ -873,9 +879,7 @@ class Daemon:
                     # nothing mutates the engine meanwhile because this task is the only writer.
                     window.commit(pos, scored)  # scrapes may read the window meanwhile
                     scored = 0
-                    at = engine.begin_recalibration(t)
-                    if at is not None:
-                        engine.finish_recalibration(await asyncio.to_thread(engine.plan_recalibration, at))
+                    await self._recalibrate(engine, t)
                 sample += 1
                 if sample >= UPDATE_SAMPLE:
                     sample = 0
@@ -914,6 +918,15 @@ class Daemon:
         self._sample = sample
         await self._shadows(records, start, [*cuts, len(records)])
 
+    @staticmethod
+    async def _recalibrate(eng: Engine, t: float) -> None:
+        """``Engine.recalibrate(t)`` with the O(P) numpy plan in a worker thread: same point and
+        same result as ``Engine.feed`` (and so as replay) while the loop keeps answering queries;
+        nothing mutates the engine meanwhile because the engine task is the only writer."""
+        at = eng.begin_recalibration(t)
+        if at is not None:
+            eng.finish_recalibration(await asyncio.to_thread(eng.plan_recalibration, at))
+
     async def _apply_scoped(
         self, scopes: ScopeSet, rec: Record, scoring: bool, notify: bool
     ) -> Outcome | None:
@@ -935,9 +948,7 @@ class Daemon:
         outcome = Outcome.APPLIED
         for n, eng in enumerate(engines):
             if t >= eng.next_recalibration and eng.recalibration_due_before(attacker, victim, t):
-                at = eng.begin_recalibration(t)
-                if at is not None:
-                    eng.finish_recalibration(await asyncio.to_thread(eng.plan_recalibration, at))
+                await self._recalibrate(eng, t)
             if notify:
                 before = (eng.tier_index(attacker), eng.tier_index(victim))
                 out = eng.apply(attacker, victim, t)
@@ -1274,8 +1285,7 @@ class Daemon:
         if blocked:
             raise ArenadError(f"reload refused: {', '.join(blocked)} can only change with a restart")
         self.settings = new
-        self.scope_config = new.scopes.config()
-        self.scopes.reconfigure(self.scope_config)
+        self.scopes.reconfigure(new.scopes.config())
         if self.query_handler is not None:
             self.query_handler.settings = new.query
         reload_settings(self._query_servers, new.query)
