@@ -6,6 +6,13 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("arenad.core._ladder", ["arenad/core/_ladder.c"], optional=True, extra_compile_args=["-O2"])
+        Extension(
+            "arenad.core._ladder",
+            ["arenad/core/_ladder.c", "arenad/core/_kernel.c"],
+            depends=["arenad/core/_native.h"],
+            optional=True,
+            # No fused multiply-add: the kernel must round exactly as the Python engine does.
+            extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math"],
+        )
     ]
 )

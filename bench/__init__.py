@@ -2,8 +2,13 @@
 
 import os as _os
 
-if _os.environ.get("ARENAD_NATIVE") == "0":  # benchmark the pure-Python ladder (docs/performance.md)
+if _os.environ.get("ARENAD_NATIVE") == "0":  # benchmark pure Python: no C ladder, no C kernel
     import arenad.core.engine as _engine
     from arenad.core.ladder import PyLadder as _PyLadder
 
     _engine.Ladder = _PyLadder  # type: ignore[attr-defined]
+    _engine._Kernel = None  # type: ignore[attr-defined,assignment]
+elif _os.environ.get("ARENAD_NATIVE") == "ladder":  # the C ladder alone (the engine in Python)
+    import arenad.core.engine as _engine
+
+    _engine._Kernel = None  # type: ignore[attr-defined,assignment]

@@ -6,28 +6,7 @@
  * representation differs: no boxed floats, memmove inside a block. The Python class stays the
  * reference; tests/core/test_ladder.py drives both with the same operations.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
-
-typedef struct {
-    double *keys;
-    uint32_t *ids;
-    Py_ssize_t len;
-} Block;
-
-typedef struct {
-    PyObject_HEAD
-    Block *blocks;
-    Py_ssize_t nblocks;
-    Py_ssize_t bcap;
-    Py_ssize_t len;
-    Py_ssize_t load;
-    Py_ssize_t *tree; /* Fenwick tree, 1-based, nblocks + 1 entries; valid while tree_ok */
-    Py_ssize_t tree_cap;
-    int tree_ok;
-} LadderObject;
+#include "_native.h"
 
 /* (k1, i1) < (k2, i2) */
 static inline int lt(double k1, uint32_t i1, double k2, uint32_t i2) {
@@ -263,16 +242,10 @@ static PyObject *Ladder_remove(LadderObject *self, PyObject *const *args, Py_ssi
     Py_RETURN_NONE;
 }
 
-static PyObject *Ladder_move(LadderObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "move(old, new, pid)");
-    double old = PyFloat_AsDouble(args[0]);
-    if (old == -1.0 && PyErr_Occurred()) return NULL;
-    double new = PyFloat_AsDouble(args[1]);
-    if (new == -1.0 && PyErr_Occurred()) return NULL;
-    uint32_t pid;
-    if (parse_pid(args[2], &pid) < 0) return NULL;
+/* Re-key pid from old to new (the entry must exist). */
+int ladder_move(LadderObject *self, double old, double new, uint32_t pid) {
     Py_ssize_t pos, idx;
-    if (locate(self, old, pid, &pos, &idx) < 0) return NULL;
+    if (locate(self, old, pid, &pos, &idx) < 0) return -1;
     Block *b = &self->blocks[pos];
     Py_ssize_t last = self->nblocks - 1;
     /* Same block when (new, pid) stays strictly between the neighbouring blocks' ends: shift
@@ -303,9 +276,21 @@ static PyObject *Ladder_move(LadderObject *self, PyObject *const *args, Py_ssize
         }
         b->keys[at] = new;
         b->ids[at] = pid;
-        Py_RETURN_NONE;
+        return 0;
     }
-    if (delete_at(self, pos, idx) < 0 || add_entry(self, new, pid) < 0) return NULL;
+    if (delete_at(self, pos, idx) < 0 || add_entry(self, new, pid) < 0) return -1;
+    return 0;
+}
+
+static PyObject *Ladder_move(LadderObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "move(old, new, pid)");
+    double old = PyFloat_AsDouble(args[0]);
+    if (old == -1.0 && PyErr_Occurred()) return NULL;
+    double new = PyFloat_AsDouble(args[1]);
+    if (new == -1.0 && PyErr_Occurred()) return NULL;
+    uint32_t pid;
+    if (parse_pid(args[2], &pid) < 0) return NULL;
+    if (ladder_move(self, old, new, pid) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -520,7 +505,7 @@ static PyMethodDef Ladder_methods[] = {
 static PySequenceMethods Ladder_as_sequence = {.sq_length = (lenfunc)Ladder_len};
 static PyNumberMethods Ladder_as_number = {.nb_bool = (inquiry)Ladder_bool};
 
-static PyTypeObject LadderType = {
+PyTypeObject LadderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "arenad.core._ladder.Ladder",
     .tp_doc = "Sorted unique (key, id) entries; ascending order is the ladder order (best first).",
     .tp_basicsize = sizeof(LadderObject),
@@ -545,6 +530,10 @@ PyMODINIT_FUNC PyInit__ladder(void) {
     Py_INCREF(&LadderType);
     if (PyModule_AddObject(m, "Ladder", (PyObject *)&LadderType) < 0) {
         Py_DECREF(&LadderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (kernel_register(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -40,6 +40,16 @@ import numpy as np
 from arenad.core.ladder import Ladder
 from arenad.core.params import PLAYER_ID_LIMIT, TIER_COUNT, TIER_NAMES, ADRParams
 
+try:
+    # The update kernel (docs/performance.md): the common case of ``apply`` in C, built with the
+    # C ladder; ``_apply_py`` is the reference it is checked against and the fallback.
+    from arenad.core._ladder import Kernel as _Kernel
+except ImportError:  # pragma: no cover - only where the C extension could not be built
+    _Kernel = None  # type: ignore[assignment,misc]
+
+#: Whether the C update kernel was built (Engine(native=None) uses it then).
+KERNEL = _Kernel is not None
+
 # The ladder keys a player by its negated internal rating (exact, ties in first-seen order); the
 # §2.1 cooldown keys an ordered pair by attacker_id << 32 | victim_id, so ids stay below 2**32
 # (ADRParams.max_players is validated against PLAYER_ID_LIMIT).
@@ -133,7 +143,8 @@ def initial_boundaries(params: ADRParams) -> list[float]:
 class Engine:
     """The whole ADR state of one ladder, updated one kill at a time."""
 
-    def __init__(self, params: ADRParams | None = None) -> None:
+    def __init__(self, params: ADRParams | None = None, *, native: bool | None = None) -> None:
+        """``native``: run ``apply``'s common case in the C kernel (default: when it was built)."""
         p = params if params is not None else ADRParams()
         self.params = p
         self._max_players = p.max_players
@@ -202,6 +213,13 @@ class Engine:
         self.last_delta_victim = 0.0
         #: The leaderboard this engine is (arenad.scopes sets it; a label only).
         self.scope = "global"
+        if native is None:
+            native = _Kernel is not None
+        elif native and _Kernel is None:
+            raise RuntimeError("the C update kernel was not built (docs/performance.md)")
+        # The kernel reads and writes this object's own columns and sums (it keeps no state), so
+        # the two paths can alternate event by event: newcomers and rejects always take Python's.
+        self._native = _Kernel(self, _APPLIED, _FILTERED).apply if native and _Kernel is not None else None
 
     # ------------------------------------------------------------------ players
     def __len__(self) -> int:
@@ -269,6 +287,21 @@ class Engine:
     # ------------------------------------------------------------------ the hot path
     def apply(self, attacker: str, victim: str, t: float) -> Outcome:
         """Rate one kill: ``attacker`` killed ``victim`` at ``t`` (seconds)."""
+        native = self._native
+        if native is not None:
+            out: Outcome | None = native(attacker, victim, t)
+            if out is not None:
+                return out
+        return self._apply_py(attacker, victim, t)
+
+    @property
+    def native(self) -> bool:
+        """Whether ``apply`` runs its common case in the C kernel."""
+        return self._native is not None
+
+    def _apply_py(self, attacker: str, victim: str, t: float) -> Outcome:
+        """``apply`` in Python: the reference for the C kernel (``_kernel.c`` mirrors it step by
+        step, bit for bit) and the path of every newcomer, reject, and engine without it."""
         if attacker == victim:
             return self._reject(Outcome.SELF_KILL)
         if not isfinite(t):
@@ -801,7 +834,7 @@ class Engine:
 
     def copy(self) -> Engine:
         """An independent engine in exactly this state (a season carries over from it)."""
-        return Engine.from_state(self.export_state(), self.params)
+        return Engine.from_state(self.export_state(), self.params, native=self.native)
 
     def plan_recalibration(self, now: float) -> RecalibrationPlan:
         """Step 2 (reads only, numpy; safe in a worker thread while others only read)."""
@@ -1033,7 +1066,9 @@ class Engine:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], params: ADRParams | None = None) -> Engine:
+    def from_state(
+        cls, state: dict[str, Any], params: ADRParams | None = None, *, native: bool | None = None
+    ) -> Engine:
         """Rebuild an engine from ``export_state``; ``params`` may change the non-structural ones.
 
         Raises ``ValueError`` when the state is from another layout version, another byte order,
@@ -1051,7 +1086,7 @@ class Engine:
                     f"adr.{key} changed from {getattr(saved, key)} to {getattr(p, key)}: the saved "
                     "per-player rings have the old length; replay the event history instead"
                 )
-        eng = cls(p)
+        eng = cls(p, native=native)
         names: list[str] = state["names"]
         eng.names = list(names)
         eng.ids = {name: i for i, name in enumerate(names)}

@@ -1,0 +1,36 @@
+/* Shared between the two halves of arenad.core._ladder: the ladder index (_ladder.c) and the
+ * ADR update kernel (_kernel.c), which re-keys players in the ladder without a Python call. */
+#ifndef ARENAD_NATIVE_H
+#define ARENAD_NATIVE_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    double *keys;
+    uint32_t *ids;
+    Py_ssize_t len;
+} Block;
+
+typedef struct {
+    PyObject_HEAD
+    Block *blocks;
+    Py_ssize_t nblocks;
+    Py_ssize_t bcap;
+    Py_ssize_t len;
+    Py_ssize_t load;
+    Py_ssize_t *tree; /* Fenwick tree, 1-based, nblocks + 1 entries; valid while tree_ok */
+    Py_ssize_t tree_cap;
+    int tree_ok;
+} LadderObject;
+
+extern PyTypeObject LadderType;
+
+/* Re-key pid from old to new; -1 with an exception set when (old, pid) is not in the ladder. */
+int ladder_move(LadderObject *self, double old, double new, uint32_t pid);
+
+/* Adds the Kernel type to the module. */
+int kernel_register(PyObject *module);
+
+#endif

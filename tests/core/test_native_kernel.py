@@ -1,0 +1,168 @@
+"""The C update kernel (arenad/core/_kernel.c) against the Python engine (``Engine._apply_py``): the
+same events give the same outcomes and bit-identical engine states (docs/performance.md).
+
+Both engines run the same stream through ``feed`` (recalibrations included), with season resets,
+inactivity sweeps and exports/imports in between, under parameter sets chosen so that every
+rare step the kernel hands back to Python (expiry, activation, pooling for returning players,
+placement, accumulators, the window's exact re-sum) happens within a few dozen events.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import struct
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arenad.core.engine import KERNEL, Engine, Outcome
+from arenad.core.params import ADRParams
+
+# Only where no C compiler exists; test_the_kernel_is_built_where_it_can_be fails where one does.
+needs_kernel = pytest.mark.skipif(not KERNEL, reason="the C update kernel could not be built here")
+
+DAY = 86400.0
+
+#: Parameter sets that make the rare paths common (small n_min/n_active/window, short T_return).
+PARAM_SETS: list[dict[str, Any]] = [
+    {},
+    {"n_min": 2, "n_active": 2, "window_len": 3, "p_min": 3, "t_return": 0.01, "return_events": 2,
+     "recalibrate_interval": 50.0, "t_active": 0.02, "h_req": 5.0, "sigma_place": 400.0},
+    {"n_min": 3, "n_active": 1, "window_len": 1, "p_min": 2, "t_return": 0.005, "pool_release": "literal",
+     "loser_rule": "printed", "pool_losses": False, "recalibrate_interval": 20.0, "h_req": 1.0,
+     "sigma_place": 400.0, "t_cooldown": 5.0},
+    {"decay": False, "n_min": 1, "n_active": 3, "window_len": 2, "p_min": 2, "h_req": 20.0,
+     "sigma_place": 400.0, "anchor": False, "delta_max": 5.0, "mu_max": 1100.0, "mu_min": 900.0},
+    {"n_min": 2, "n_active": 2, "p_min": 2, "idle_after": 0.01, "sweep_interval": 30.0,
+     "recalibrate_interval": 30.0, "sigma_place": 400.0, "h_req": 3.0, "t_return": 0.02, "tau": 0.05,
+     "late_tolerance": 0.0},
+]  # fmt: skip
+
+
+def canonical(value: Any) -> Any:
+    """A state with every float as its bit pattern, so -0.0 != 0.0 and NaNs compare."""
+    if isinstance(value, float):
+        return struct.pack("<d", value)
+    if isinstance(value, dict):
+        return {k: canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    return value
+
+
+def assert_same(native: Engine, py: Engine) -> None:
+    assert canonical(native.export_state()) == canonical(py.export_state())
+    assert native.tier_changes == py.tier_changes
+    assert native.ladder_is_consistent()
+
+
+def test_the_kernel_is_built_where_it_can_be() -> None:
+    """With a compiler and Python's headers, the default engine runs the kernel (no silent fallback)."""
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if shutil.which("cc") and headers.exists():
+        assert KERNEL, "the C update kernel was not built: run ./scripts/bootstrap"
+        assert Engine().native
+        assert not Engine(native=False).native
+
+
+Event = tuple[str, int, int, float]  # (op, a, b, dt): op "kill", "reset", "sweep", "roundtrip"
+
+events = st.lists(
+    st.tuples(
+        st.sampled_from(["kill"] * 12 + ["reset", "roundtrip"]),
+        st.integers(0, 9),
+        st.integers(0, 9),
+        st.sampled_from([0.0, 0.5, 1.0, 3.0, 7.0, 61.0, -1.0, -4.0, -30.0, 900.0, 0.03 * DAY, 2.0 * DAY])
+        | st.floats(-6.0, 400.0, allow_nan=False),
+    ),
+    min_size=1,
+    max_size=220,
+)
+
+
+def run_both(params: ADRParams, stream: list[Event]) -> None:
+    native = Engine(params, native=True)
+    py = Engine(params, native=False)
+    t = 1_700_000_000.0
+    for op, a, b, dt in stream:
+        if op == "reset":
+            native.season_reset(1.5, 0.3)
+            py.season_reset(1.5, 0.3)
+            continue
+        if op == "roundtrip":  # export and import: the kernel binds to the rebuilt engine
+            native = Engine.from_state(native.export_state(), params, native=True)
+            py = Engine.from_state(py.export_state(), params, native=False)
+            continue
+        t += dt
+        name_a, name_b = f"p{a}", f"p{b}"
+        assert native.feed(name_a, name_b, t) is py.feed(name_a, name_b, t)
+        assert native.last_delta_attacker == py.last_delta_attacker
+    assert_same(native, py)
+
+
+@needs_kernel
+@pytest.mark.parametrize("overrides", PARAM_SETS, ids=[f"params{i}" for i in range(len(PARAM_SETS))])
+@settings(max_examples=120, deadline=None)
+@given(stream=events)
+def test_same_stream_same_state(overrides: dict[str, Any], stream: list[Event]) -> None:
+    run_both(ADRParams(**overrides), stream)
+
+
+@needs_kernel
+@pytest.mark.parametrize("overrides", PARAM_SETS[:2] + PARAM_SETS[4:], ids=["default", "rare-paths", "sweep"])
+def test_long_stream_same_state(overrides: dict[str, Any]) -> None:
+    """20,000 kills among 300 players with gaps of days (returning players), bursts (cooldown),
+    late and too-late events and self-kills: the final states are bit-identical."""
+    rng = random.Random(7)
+    params = ADRParams(**overrides)
+    native = Engine(params, native=True)
+    py = Engine(params, native=False)
+    t = 1_700_000_000.0
+    applied = 0
+    for k in range(20_000):
+        t += rng.choice([0.0, 0.2, 1.0, 5.0, 30.0, 120.0]) if k % 997 else 70 * DAY
+        a, b = rng.randrange(300), rng.randrange(300)
+        late = rng.random()
+        at = t - 3.0 if late < 0.05 else t - 50.0 if late < 0.06 else t
+        out = native.feed(f"p{a}", f"p{b}", at)
+        assert out is py.feed(f"p{a}", f"p{b}", at)
+        applied += out is Outcome.APPLIED
+        if k == 12_000:
+            native.season_reset(1.2, 0.5)
+            py.season_reset(1.2, 0.5)
+    assert applied > 10_000
+    assert native.tier_changes > 0
+    assert_same(native, py)
+
+
+@needs_kernel
+def test_kernel_refuses_a_column_of_the_wrong_type() -> None:
+    """The kernel reads the engine's arrays in place: a column of another type is an error, not
+    a misread."""
+    eng = Engine(native=True)
+    eng.apply("a", "b", 1.0)
+    eng.apply("a", "b", 100.0)
+    eng._sigma = [350.0, 350.0]  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="_sigma"):
+        eng.apply("a", "b", 200.0)
+
+
+@needs_kernel
+def test_the_fallback_changes_nothing_first() -> None:
+    """Newcomers, self-kills, non-finite and too-late times leave the kernel untouched and take
+    the Python path, which counts them as before."""
+    eng = Engine(native=True)
+    assert eng.apply("a", "b", 1000.0) is Outcome.APPLIED  # newcomers: Python
+    assert eng.apply("a", "a", 1001.0) is Outcome.SELF_KILL
+    assert eng.apply("a", "b", float("nan")) is Outcome.NON_FINITE_TIME
+    assert eng.apply("a", "b", 900.0) is Outcome.OUT_OF_ORDER
+    assert eng.apply("a", "b", 1030.0) is Outcome.FILTERED  # kernel: inside the cooldown
+    assert eng.apply("b", "a", 1031.0) is Outcome.APPLIED  # kernel
+    assert eng.apply("b", "a", 1029) is Outcome.FILTERED  # an int time: Python, late at the clock
+    assert eng.rejected == {"self_kill": 1, "non_finite_time": 1, "out_of_order": 1}
+    assert (eng.applied, eng.filtered, eng.late_applied) == (2, 2, 1)
