@@ -32,10 +32,10 @@ typedef struct {
     Py_ssize_t ob_exports;
 } ArrayObject;
 
-enum { C_R, C_SIGMA, C_STREAK, C_PHI, C_POOL, C_N, C_LAST, C_WSUM, C_RET, C_H, C_WRING, C_ARING, NCOLS };
-static const char *const col_attr[NCOLS] = {"_r",   "_sigma", "_streak", "_phi", "_pool",  "_n",
-                                            "_last", "_wsum", "_ret",    "_h",   "_wring", "_aring"};
-static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l', 'd', 'd', 'd'};
+enum { C_R, C_SIGMA, C_STREAK, C_PHI, C_POOL, C_N, C_LAST, C_WSUM, C_RET, C_H, C_WSLOT, C_WRING, C_ARING, NCOLS };
+static const char *const col_attr[NCOLS] = {"_r", "_sigma", "_streak", "_phi",   "_pool",  "_n",    "_last",
+                                            "_wsum", "_ret", "_h",     "_wslot", "_wring", "_aring"};
+static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l', 'd', 'I', 'd', 'd'};
 
 enum {
     K_CLOCK, K_LATE, K_FILTERED, K_NACTIVE, K_SUM_ACTIVE, K_SUM_ALL, K_SUM_SIGMA, K_RLO, K_RHI,
@@ -49,7 +49,7 @@ static const char *const key_names[NKEYS] = {
 
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
-static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_activate, *s_tiers, *s_move;
+static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_activate, *s_tiers, *s_move, *s_window;
 static PyTypeObject *array_type;
 static PyObject *fsum_fn;
 
@@ -206,6 +206,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
+    PyObject *players_obj[2] = {a_obj, b_obj};
     Py_ssize_t a = PyLong_AsSsize_t(a_obj);
     if (a == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t b = PyLong_AsSsize_t(b_obj);
@@ -223,7 +224,8 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         if (!o) return NULL;
         if (Py_TYPE(o) != array_type || *((ArrayObject *)o)->ob_descr != col_code[c])
             return PyErr_Format(PyExc_TypeError, "Engine.%s must be array('%c')", col_attr[c], col_code[c]);
-        Py_ssize_t stride = c == C_WRING ? self->wlen : c == C_ARING ? self->n_act : 1;
+        /* _wring is a pool of blocks, checked where a block is used */
+        Py_ssize_t stride = c == C_WRING ? 0 : c == C_ARING ? self->n_act : 1;
         if (a < 0 || b < 0 || Py_SIZE(o) < (hi_id + 1) * stride)
             return PyErr_Format(PyExc_IndexError, "Engine.%s is shorter than player %zd", col_attr[c], hi_id);
         col[c] = o;
@@ -409,7 +411,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     /* §4.5 streak, window, count, last event time. */
     streak[a] += 1;
     streak[b] = 0;
-    double *wring = dcol(col[C_WRING]);
+    uint32_t *wslot = (uint32_t *)((ArrayObject *)col[C_WSLOT])->ob_item;
     da = fabs(da);
     db = fabs(db);
     Py_ssize_t players[2] = {a, b};
@@ -418,11 +420,27 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     for (int side = 0; side < 2; side++) {
         Py_ssize_t i = players[side];
         int64_t n = counts[side];
-        Py_ssize_t slot = i * wlen + n % wlen;
+        if (!n) { /* the first change is the whole window (Engine._new_window) */
+            wsum[i] += deltas[side];
+            continue;
+        }
+        Py_ssize_t base = (Py_ssize_t)wslot[i];
+        if (!base) { /* the second counted event: the player's ring block, from Python */
+            PyObject *res = PyObject_CallMethodOneArg(self->engine, s_window, players_obj[side]);
+            if (!res) return NULL;
+            base = PyLong_AsSsize_t(res);
+            Py_DECREF(res);
+            if (base == -1 && PyErr_Occurred()) return NULL;
+        }
+        base -= 1;
+        if (base < 0 || Py_SIZE(col[C_WRING]) < (base + 1) * wlen)
+            return PyErr_Format(PyExc_IndexError, "Engine._wring has no block %zd", base);
+        double *wring = dcol(col[C_WRING]); /* after the call: the pool may have grown */
+        Py_ssize_t slot = base * wlen + n % wlen;
         wsum[i] += deltas[side] - wring[slot];
         wring[slot] = deltas[side];
         if (n % wlen == wlen - 1) { /* re-sum once per lap so rounding never accumulates */
-            PyObject *lap = PySequence_GetSlice(col[C_WRING], i * wlen, (i + 1) * wlen);
+            PyObject *lap = PySequence_GetSlice(col[C_WRING], base * wlen, (base + 1) * wlen);
             if (!lap) return NULL;
             PyObject *exact = PyObject_CallOneArg(fsum_fn, lap);
             Py_DECREF(lap);
@@ -638,8 +656,9 @@ static PyTypeObject KernelType = {
 /* Whether array.array objects have the layout ArrayObject assumes: one probe per type code the
  * kernel reads, compared with what the buffer protocol reports. */
 static int layout_known(void) {
-    const char codes[] = {'d', 'q', 'l'};
-    for (int c = 0; c < 3; c++) {
+    const char codes[] = {'d', 'q', 'l', 'I'};
+    const Py_ssize_t sizes[] = {8, 8, 8, 4};
+    for (int c = 0; c < 4; c++) {
         PyObject *probe = PyObject_CallFunction((PyObject *)array_type, "C(iii)", codes[c], 1, 2, 3);
         if (!probe) return -1;
         Py_buffer view;
@@ -648,8 +667,8 @@ static int layout_known(void) {
             return -1;
         }
         ArrayObject *arr = (ArrayObject *)probe;
-        int ok = view.buf == (void *)arr->ob_item && view.itemsize == 8 && Py_SIZE(probe) == 3 &&
-                 view.len == 24 && view.format && view.format[0] == codes[c] && *arr->ob_descr == codes[c];
+        int ok = view.buf == (void *)arr->ob_item && view.itemsize == sizes[c] && Py_SIZE(probe) == 3 &&
+                 view.len == 3 * sizes[c] && view.format && view.format[0] == codes[c] && *arr->ob_descr == codes[c];
         PyBuffer_Release(&view);
         Py_DECREF(probe);
         if (!ok) return 0;
@@ -665,7 +684,8 @@ int kernel_register(PyObject *module) {
     if (!(s_append = PyUnicode_InternFromString("append")) || !(s_popleft = PyUnicode_InternFromString("popleft")) ||
         !(s_expire = PyUnicode_InternFromString("_expire")) || !(s_pooled = PyUnicode_InternFromString("_pooled")) ||
         !(s_activate = PyUnicode_InternFromString("_activate")) ||
-        !(s_tiers = PyUnicode_InternFromString("_tiers_after_event")) || !(s_move = PyUnicode_InternFromString("move")))
+        !(s_tiers = PyUnicode_InternFromString("_tiers_after_event")) || !(s_move = PyUnicode_InternFromString("move")) ||
+        !(s_window = PyUnicode_InternFromString("_new_window")))
         return -1;
     PyObject *array_mod = PyImport_ImportModule("array");
     if (!array_mod) return -1;

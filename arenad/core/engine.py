@@ -165,7 +165,12 @@ class Engine:
         self._h = array("d")
         self._tier = bytearray()  # 0 = unplaced, k = tier k (1..15)
         self._active = bytearray()
-        self._wring = array("d")  # window_len slots per player, §2.2 sliding window
+        # §2.2 sliding window: a ring of window_len |changes| per player, in a pool of blocks
+        # given out at a player's second counted event. Until then the window holds at most one
+        # value, which is _wsum itself, and most players of a large population (one-off
+        # visitors) never get a second one: 4 bytes instead of 8 * window_len (docs/performance.md).
+        self._wslot = array("I")  # 1 + the player's block in _wring; 0 = none yet
+        self._wring = array("d")
         self._aring = array("d")  # n_active slots per player: times of the last counted events
         self._ladder = Ladder()
         # Population aggregates kept in step with every update (recomputed exactly at recalibration).
@@ -243,7 +248,7 @@ class Engine:
         self._h.append(0.0)
         self._tier.append(0)
         self._active.append(0)
-        self._wring.extend(_zeros(p.window_len))
+        self._wslot.append(0)
         self._aring.extend(_zeros(p.n_active))
         if self._n0 is not None:
             self._n0.append(0)
@@ -488,18 +493,27 @@ class Engine:
         streak[a] += 1
         streak[b] = 0
         wring = self._wring
+        wslot = self._wslot
         da = abs(da)
         db = abs(db)
-        slot = a * wlen + na % wlen
-        wsum[a] += da - wring[slot]
-        wring[slot] = da
-        if na % wlen == wlen - 1:  # re-sum once per lap so rounding never accumulates
-            wsum[a] = fsum(wring[a * wlen : (a + 1) * wlen])
-        slot = b * wlen + nb % wlen
-        wsum[b] += db - wring[slot]
-        wring[slot] = db
-        if nb % wlen == wlen - 1:
-            wsum[b] = fsum(wring[b * wlen : (b + 1) * wlen])
+        if na:
+            base = (wslot[a] or self._new_window(a)) - 1
+            slot = base * wlen + na % wlen
+            wsum[a] += da - wring[slot]
+            wring[slot] = da
+            if na % wlen == wlen - 1:  # re-sum once per lap so rounding never accumulates
+                wsum[a] = fsum(wring[base * wlen : (base + 1) * wlen])
+        else:
+            wsum[a] += da  # the first change is the whole window (its slot 0 is wsum, above)
+        if nb:
+            base = (wslot[b] or self._new_window(b)) - 1
+            slot = base * wlen + nb % wlen
+            wsum[b] += db - wring[slot]
+            wring[slot] = db
+            if nb % wlen == wlen - 1:
+                wsum[b] = fsum(wring[base * wlen : (base + 1) * wlen])
+        else:
+            wsum[b] += db
         n_arr[a] = na + 1
         n_arr[b] = nb + 1
         last_arr[a] = t
@@ -554,6 +568,19 @@ class Engine:
             self._tiers_after_event(b, rb_new, sb_new)
         self.applied += 1
         return _APPLIED
+
+    def _new_window(self, i: int) -> int:
+        """Give player ``i`` its §2.2 ring block at its second counted event; returns 1 + block.
+
+        Until now its window held the first |change| alone, in slot 0, and that value is _wsum
+        (0 + x, exactly), so the ring starts as [wsum, 0, ...]: what a full ring would hold.
+        """
+        wlen = self.params.window_len
+        block = len(self._wring) // wlen
+        self._wring.extend(_zeros(wlen))
+        self._wring[block * wlen] = self._wsum[i]
+        self._wslot[i] = block + 1
+        return block + 1
 
     def _pooled(self, i: int, delta: float, sigma: float) -> float:
         """§8.2 evidence weight and §8.3 pool for player ``i``; returns the visible change."""
@@ -1019,7 +1046,7 @@ class Engine:
 
     # ------------------------------------------------------------------ state export / import
     #: Bumped whenever the exported layout changes; import refuses other versions.
-    STATE_VERSION = 2
+    STATE_VERSION = 3
 
     def export_state(self) -> dict[str, Any]:
         """Everything needed to continue exactly where this engine is, as plain values.
@@ -1074,8 +1101,11 @@ class Engine:
         Raises ``ValueError`` when the state is from another layout version, another byte order,
         or when ``window_len`` / ``n_active`` differ (they shape the per-player rings).
         """
-        if state.get("version") != cls.STATE_VERSION:
-            raise ValueError(f"state version {state.get('version')!r}, expected {cls.STATE_VERSION}")
+        version = state.get("version")
+        if version == 2:  # window rings as one full block per player (before the block pool)
+            state = _pooled_windows(state)
+        elif version != cls.STATE_VERSION:
+            raise ValueError(f"state version {version!r}, expected {cls.STATE_VERSION} (or 2)")
         if state.get("byteorder") != sys.byteorder:
             raise ValueError(f"state written on a {state.get('byteorder')}-endian machine")
         saved = ADRParams.from_mapping(state["params"])
@@ -1097,7 +1127,8 @@ class Engine:
         eng._active = bytearray(state["active"])
         size = len(names)
         lengths = {attr: len(getattr(eng, attr)) for attr in _COLUMNS.values()}
-        lengths["_wring"] //= p.window_len
+        lengths["_wring"] = size
+        _check_window_pool(eng._wslot, len(eng._wring), p.window_len)
         lengths["_aring"] //= p.n_active
         lengths["_tier"] = len(eng._tier)
         lengths["_active"] = len(eng._active)
@@ -1167,11 +1198,41 @@ _COLUMNS: dict[str, str] = {
     "wsum": "_wsum",
     "ret": "_ret",
     "h": "_h",
+    "wslot": "_wslot",
     "wring": "_wring",
     "aring": "_aring",
 }
 
 _ZERO_CACHE: dict[int, array[float]] = {}
+
+
+def _check_window_pool(wslot: array[int], pool: int, wlen: int) -> None:
+    """Every block of the pool belongs to exactly one player (a state file is outside input)."""
+    used = np.sort(np.frombuffer(wslot, dtype=np.uint32)) if wslot else np.zeros(0, dtype=np.uint32)
+    used = used[used > 0]
+    blocks = pool // wlen
+    if blocks * wlen != pool or not np.array_equal(used, np.arange(1, blocks + 1, dtype=np.uint32)):
+        raise ValueError(f"state window pool ({pool} slots) and the players' blocks disagree")
+
+
+def _pooled_windows(state: dict[str, Any]) -> dict[str, Any]:
+    """A version-2 state (one window_len ring per player) in the version-3 layout (a block pool).
+
+    A player keeps a block when its ring is not [wsum, 0, ...] bit for bit; the others hold at
+    most their first change, which _wsum already is.
+    """
+    wlen = int(state["params"].get("window_len", 20))
+    cols = dict(state["columns"])
+    wsum = np.frombuffer(cols["wsum"], dtype=np.float64)
+    rings = np.frombuffer(cols["wring"], dtype=np.float64).reshape(len(wsum), wlen)
+    implicit = np.zeros_like(rings)
+    implicit[:, 0] = wsum
+    keep = (rings.view(np.uint64) != implicit.view(np.uint64)).any(axis=1)
+    slots = np.zeros(len(wsum), dtype=np.uint32)
+    slots[keep] = np.arange(1, int(keep.sum()) + 1, dtype=np.uint32)
+    cols["wslot"] = slots.tobytes()
+    cols["wring"] = np.ascontiguousarray(rings[keep]).tobytes()
+    return {**state, "version": Engine.STATE_VERSION, "columns": cols}
 
 
 def _zeros(n: int) -> array[float]:
