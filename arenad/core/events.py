@@ -110,10 +110,9 @@ def _utf8_ok(s: str) -> bool:
 _SAFE_CHARS = MAX_NAME_BYTES // 4
 
 
-def event_from_obj(obj: object) -> KillEvent | PlacementEvent | Reject:
-    """Validate one decoded event object (a JSON object or msgpack map) of the wire schema."""
-    # Fast path for the shape well-behaved senders use; anything else (or any doubt) goes through
-    # the detailed checks below, which also name the reason of a refusal.
+def kill_row(obj: object) -> tuple[float, str, str, str | None, str | None, str | None] | None:
+    """The wire schema's fast path: ``(t, attacker, victim, server, id, weapon)`` of a kill of
+    the shape well-behaved senders use, or None when the detailed checks must decide."""
     if type(obj) is dict and len(obj) <= 6:
         t = obj.get("t")
         attacker = obj.get("attacker")
@@ -141,7 +140,17 @@ def event_from_obj(obj: object) -> KillEvent | PlacementEvent | Reject:
             and (weapon is None or _utf8_ok(weapon))
             and (event_id is None or _utf8_ok(event_id))
         ):
-            return KillEvent(t, attacker, victim, server, event_id, weapon)
+            return (t, attacker, victim, server, event_id, weapon)
+    return None
+
+
+def event_from_obj(obj: object) -> KillEvent | PlacementEvent | Reject:
+    """Validate one decoded event object (a JSON object or msgpack map) of the wire schema."""
+    # Fast path for the shape well-behaved senders use; anything else (or any doubt) goes through
+    # the detailed checks below, which also name the reason of a refusal.
+    row = kill_row(obj)
+    if row is not None:
+        return KillEvent(*row)
     return _event_from_obj_slow(obj)
 
 

@@ -9,11 +9,14 @@ the journal reproduces the daemon's state exactly; placements go to the shadow m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.daemon.config import DaemonSettings
+from arenad.daemon.state import JournalRecord, PlacementRecord
+from arenad.decode import DecodedRow
 
 #: Either event kind: a kill or a match placement. Both carry ``t``, ``server`` and ``id``.
 E = TypeVar("E", bound=KillEvent | PlacementEvent)
@@ -59,6 +62,82 @@ class Intake:
         if server != ev.server:
             ev = replace(ev, server=server)
         return ev
+
+    def check_rows(
+        self,
+        items: Sequence[DecodedRow],
+        default_server: str | None,
+        now: float,
+        seq: int,
+        *,
+        records: list[JournalRecord],
+        rejects: list[Reject],
+    ) -> int:
+        """``check`` over a source read, in order: accepted events become journal records.
+
+        ``items`` are decoded kills as ``KillRow`` tuples or ``KillEvent`` objects, placements
+        and decoders' refusals (``arenad.decode.decode_msgpack_rows``). Each accepted one is
+        appended to ``records`` with the next sequence number after ``seq``; each refusal (the
+        decoder's or this check's, with the same reasons and details as ``check``) to
+        ``rejects``. Returns the last sequence number used. The kill path is ``check`` inlined,
+        without building an event object per kill.
+        """
+        s = self.settings
+        newest = now + s.max_clock_skew
+        oldest = now - s.max_event_age
+        clamp = s.clamp_future
+        seen = self._seen
+        cap = s.dedupe_max_ids
+        for item in items:
+            if type(item) is tuple:
+                t, attacker, victim, server, event_id = item
+            elif isinstance(item, KillEvent):
+                t, attacker, victim = item.t, item.attacker, item.victim
+                server, event_id = item.server, item.id
+            elif isinstance(item, Reject):
+                rejects.append(item)
+                continue
+            else:
+                assert isinstance(item, PlacementEvent)
+                checked = self.check(item, default_server, now)
+                if isinstance(checked, Reject):
+                    rejects.append(checked)
+                    continue
+                seq += 1
+                records.append(
+                    PlacementRecord(seq, checked.t, checked.placements, checked.server, checked.id)
+                )
+                continue
+            # From here on exactly ``check``, in the same order.
+            if t > newest:
+                rejects.append(
+                    Reject(RejectReason.FUTURE_TIME, f"t is {t - now:.0f} s ahead of this host's clock")
+                )
+                continue
+            if t < oldest:
+                rejects.append(Reject(RejectReason.TOO_OLD, f"t is {now - t:.0f} s in the past"))
+                continue
+            if server is None:
+                server = default_server
+            if t > now and clamp:
+                t = now
+                self.clamped += 1
+            if event_id is not None:
+                key = (server or "", event_id)
+                if key in seen:
+                    rejects.append(
+                        Reject(
+                            RejectReason.DUPLICATE_ID,
+                            f"id {event_id!r} of server {server!r} was applied already",
+                        )
+                    )
+                    continue
+                seen[key] = now
+                if len(seen) > cap:
+                    self.prune(now)
+            seq += 1
+            records.append((seq, t, attacker, victim, server, event_id))
+        return seq
 
     def remember(self, server: str | None, event_id: str | None, now: float) -> None:
         """Register an id seen in the journal (recovery replays ids through this)."""

@@ -31,10 +31,11 @@ fsynced, so a crash leaves either the old or the new file, never half of one.
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,12 +149,21 @@ def encode_chunk(records: Sequence[JournalRecord]) -> bytes:
     Events are journaled in chunks (one per engine step) so one checksum and one msgpack call
     cover many events; the sequence numbers inside a chunk are implied and consecutive.
     """
-    rows = [r[1:] if isinstance(r, tuple) else r.row() for r in records]
-    chunk: list[Any] = [record_seq(records[0]), rows]
-    if not all(isinstance(r, tuple) for r in records):
-        chunk.append(bytes(record_kind(r) for r in records))
+    chunk: list[Any]
+    if set(map(type, records)) == _KILLS_ONLY:  # the common chunk: kills alone, in C loops
+        chunk = [record_seq(records[0]), list(map(_kill_row, records))]
+    else:
+        rows = [r[1:] if isinstance(r, tuple) else r.row() for r in records]
+        chunk = [record_seq(records[0]), rows]
+        if not all(isinstance(r, tuple) for r in records):
+            chunk.append(bytes(record_kind(r) for r in records))
     body = msgpack.packb(chunk, use_bin_type=True)
     return _RECORD_HEAD.pack(len(body), zlib.crc32(body)) + body
+
+
+#: The record types of a chunk of kills alone, and a kill record's row (all but the seq).
+_KILLS_ONLY = {tuple}
+_kill_row: Callable[[Any], Any] = operator.itemgetter(slice(1, None))
 
 
 def encode_record(rec: JournalRecord) -> bytes:
