@@ -50,6 +50,7 @@ static const char *const key_names[NKEYS] = {
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
 static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_activate, *s_tiers, *s_move, *s_window;
+static PyObject *s_next_recal;
 static PyTypeObject *array_type;
 static PyObject *fsum_fn;
 
@@ -634,9 +635,45 @@ static PyObject *Kernel_call_apply(KernelObject *self, PyObject *const *args, Py
     return Kernel_apply(self, args, nargs);
 }
 
+/* Kernel.run(records, start, stop) -> (next, applied, filtered): apply journal records
+ * (seq, t, attacker, victim, server, id) from `start` while the kernel can take them as they
+ * come; stops before `stop`, before a record of another shape, one due a recalibration
+ * (t >= next_recalibration: Engine.feed's rule) and one the kernel hands back to Python. */
+static PyObject *Kernel_run(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!self->dict) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
+    if (nargs != 3 || !PyList_Check(args[0])) return PyErr_Format(PyExc_TypeError, "run(records: list, start, stop)");
+    PyObject *records = args[0];
+    Py_ssize_t k = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
+    if ((k == -1 || stop == -1) && PyErr_Occurred()) return NULL;
+    double next_recal;
+    if (get_double(self->dict, s_next_recal, &next_recal) < 0) return NULL;
+    Py_ssize_t applied = 0, filtered = 0;
+    if (k < 0) k = 0;
+    for (; k < stop && k < PyList_GET_SIZE(records); k++) {
+        PyObject *rec = PyList_GET_ITEM(records, k);
+        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 6) break;
+        PyObject *t_obj = PyTuple_GET_ITEM(rec, 1);
+        if (!PyFloat_CheckExact(t_obj) || PyFloat_AS_DOUBLE(t_obj) >= next_recal) break;
+        PyObject *argv[3] = {PyTuple_GET_ITEM(rec, 2), PyTuple_GET_ITEM(rec, 3), t_obj};
+        Py_INCREF(rec); /* the record's items stay alive whatever a callback does to the list */
+        PyObject *out = Kernel_apply(self, argv, 3);
+        Py_DECREF(rec);
+        if (!out) return NULL;
+        int stop_here = out == Py_None;
+        if (out == self->applied_obj) applied++;
+        else if (out == self->filtered_obj) filtered++;
+        Py_DECREF(out);
+        if (stop_here) break;
+    }
+    return Py_BuildValue("(nnn)", k, applied, filtered);
+}
+
 static PyMethodDef Kernel_methods[] = {
     {"apply", (PyCFunction)(void (*)(void))Kernel_call_apply, METH_FASTCALL,
      "apply(attacker, victim, t): APPLIED or FILTERED, or None when the event needs Engine's Python path."},
+    {"run", (PyCFunction)(void (*)(void))Kernel_run, METH_FASTCALL,
+     "run(records, start, stop) -> (next, applied, filtered): journal records while the kernel can."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -685,7 +722,8 @@ int kernel_register(PyObject *module) {
         !(s_expire = PyUnicode_InternFromString("_expire")) || !(s_pooled = PyUnicode_InternFromString("_pooled")) ||
         !(s_activate = PyUnicode_InternFromString("_activate")) ||
         !(s_tiers = PyUnicode_InternFromString("_tiers_after_event")) || !(s_move = PyUnicode_InternFromString("move")) ||
-        !(s_window = PyUnicode_InternFromString("_new_window")))
+        !(s_window = PyUnicode_InternFromString("_new_window")) ||
+        !(s_next_recal = PyUnicode_InternFromString("next_recalibration")))
         return -1;
     PyObject *array_mod = PyImport_ImportModule("array");
     if (!array_mod) return -1;

@@ -224,7 +224,13 @@ class Engine:
             raise RuntimeError("the C update kernel was not built (docs/performance.md)")
         # The kernel reads and writes this object's own columns and sums (it keeps no state), so
         # the two paths can alternate event by event: newcomers and rejects always take Python's.
-        self._native = _Kernel(self, _APPLIED, _FILTERED).apply if native and _Kernel is not None else None
+        kernel = _Kernel(self, _APPLIED, _FILTERED) if native and _Kernel is not None else None
+        self._native = None if kernel is None else kernel.apply
+        #: ``run(records, start, stop) -> (next, applied, filtered)``: journal records
+        #: ``(seq, t, attacker, victim, server, id)`` applied in C from ``start`` while each is a
+        #: plain kill the kernel takes and no recalibration is due (``feed``'s rule); it stops
+        #: before ``stop`` and before the first record that needs Python. None without the kernel.
+        self.run_records = None if kernel is None else kernel.run
 
     # ------------------------------------------------------------------ players
     def __len__(self) -> int:

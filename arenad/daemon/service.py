@@ -840,7 +840,15 @@ class Daemon:
         work = 0
         start = 0  # the first record the shadows have not taken yet
         cuts: list[int] = []  # where ADR's slices since then end
+        # The C kernel takes runs of plain kills in one call (Engine.run_records) when nothing
+        # per event is needed here: no scoring for shadows, no notifications, one ladder.
+        run = engine.run_records if not scoring else None
+        total = len(records)
+        resume = 0  # records before this were taken by a run
         for k, rec in enumerate(records):
+            if k < resume:
+                continue
+            upto = k + 1  # the first record after this step
             assert rec is not None  # only this loop sets entries to None, behind itself
             if isinstance(rec, ControlRecord):
                 self._control(rec, scopes)
@@ -877,6 +885,17 @@ class Daemon:
                     self._count_outcome(outcome)
                     if outcome is player_cap:
                         records[k] = None
+            elif run is not None and (
+                # Up to (not including) the next sampled event and the end of this slice.
+                (taken := run(records, k, min(total, k + UPDATE_SAMPLE - 1 - sample, k + SLICE - work)))[0]
+                > k
+            ):
+                upto = resume = taken[0]
+                applied += taken[1]
+                if taken[2]:
+                    self.filtered["cooldown"] += taken[2]
+                sample += upto - k
+                work += upto - k
             else:
                 _, t, attacker, victim, _s, _i = rec
                 if scoring:
@@ -920,7 +939,7 @@ class Daemon:
                 placements = 0
                 window.commit(pos, scored)
                 scored = 0
-                cuts.append(k + 1)
+                cuts.append(upto)
                 await asyncio.sleep(0)
                 if len(cuts) >= SHADOW_SLICES:
                     await self._shadows(records, start, cuts)  # the same slices, model by model

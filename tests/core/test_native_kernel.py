@@ -166,3 +166,46 @@ def test_the_fallback_changes_nothing_first() -> None:
     assert eng.apply("b", "a", 1029) is Outcome.FILTERED  # an int time: Python, late at the clock
     assert eng.rejected == {"self_kill": 1, "non_finite_time": 1, "out_of_order": 1}
     assert (eng.applied, eng.filtered, eng.late_applied) == (2, 2, 1)
+
+
+@needs_kernel
+@settings(max_examples=150, deadline=None)
+@given(stream=events, chunk=st.integers(1, 40))
+def test_run_records_equals_feeding_one_by_one(stream: list[Event], chunk: int) -> None:
+    """``run_records`` (the daemon's batch path) stops exactly where Python must take over and
+    otherwise leaves the same state as ``feed`` record by record."""
+    params = ADRParams(**PARAM_SETS[1])
+    batch = Engine(params, native=True)
+    single = Engine(params, native=False)
+    t = 1_700_000_000.0
+    records: list[Any] = []
+    for n, (op, a, b, dt) in enumerate(stream):
+        t += dt
+        records.append((n, t, f"p{a}", f"p{b}", None, None) if op == "kill" else ("other", n))
+    outcomes = [single.feed(r[2], r[3], r[1]) if len(r) == 6 else None for r in records]
+    assert batch.run_records is not None
+    k = 0
+    while k < len(records):
+        done, applied, filtered = batch.run_records(records, k, k + chunk)
+        assert k <= done <= min(len(records), k + chunk)
+        assert applied == outcomes[k:done].count(Outcome.APPLIED)
+        assert filtered == outcomes[k:done].count(Outcome.FILTERED)
+        assert applied + filtered == done - k
+        if done < min(len(records), k + chunk):  # stopped early: Python's turn, for a reason
+            rec = records[done]
+            assert (
+                len(rec) != 6
+                or rec[1] >= batch.next_recalibration
+                or outcomes[done]
+                not in (
+                    Outcome.APPLIED,
+                    Outcome.FILTERED,
+                )
+                or rec[2] not in batch.ids
+                or rec[3] not in batch.ids
+            )
+            if len(rec) == 6:
+                batch.feed(rec[2], rec[3], rec[1])
+            done += 1
+        k = done
+    assert_same(batch, single)
