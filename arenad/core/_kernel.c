@@ -5,7 +5,7 @@
  * operations on the same doubles in the same order, so its results are bit-identical
  * (tests/core/test_native_kernel.py compares whole engine states after random streams, and every
  * golden-vector and replay test runs on it). It keeps no state of its own: every column, sum
- * and counter stays in the Engine object, read from its __dict__ on each call, so the rest of
+ * and counter stays in the Engine object, read from its __slots__ on each call, so the rest of
  * the engine (recalibration, sweeps, season resets, export and import) is unchanged Python.
  *
  * It handles only what is common; it returns None *before changing anything* when an event
@@ -19,6 +19,7 @@
 #include "_native.h"
 
 #include <math.h>
+#include <structmember.h>
 
 /* CPython 3.11's array.array object (Modules/arraymodule.c). The layout is private, so
  * Kernel_init checks it for every column against the buffer protocol (same pointer, same
@@ -60,7 +61,11 @@ static PyObject *fsum_fn;
 typedef struct {
     PyObject_HEAD
     PyObject *engine;
-    PyObject *dict; /* engine.__dict__ */
+    /* Where each attribute lives in the Engine object: Engine declares __slots__, so an
+     * attribute is one pointer at a fixed offset (read from its member descriptor at init). */
+    Py_ssize_t koff[NKEYS];
+    Py_ssize_t coff[NCOLS];
+    Py_ssize_t off_next_recal;
     PyObject *applied_obj, *filtered_obj;
     /* ADRParams, derived as in Engine.__init__ (`_k`), plus the two the prelude needs. */
     double t_return_s, tau_s, drift_s, smax, smin, theta, lam, speak, speak2, eta_min, span;
@@ -73,39 +78,40 @@ typedef struct {
 static inline double *dcol(PyObject *o) { return (double *)((ArrayObject *)o)->ob_item; }
 static inline int64_t *icol(PyObject *o) { return (int64_t *)((ArrayObject *)o)->ob_item; }
 
-/* d[key] as a borrowed reference; NULL with KeyError when missing. */
-static inline PyObject *item(PyObject *d, PyObject *key) {
-    PyObject *v = PyDict_GetItemWithError(d, key);
-    if (!v && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
+/* The engine's attribute at `off` (borrowed); NULL with AttributeError when unset. */
+static inline PyObject *slot_at(PyObject *engine, Py_ssize_t off, PyObject *name) {
+    PyObject *v = *(PyObject **)((char *)engine + off);
+    if (!v) PyErr_SetObject(PyExc_AttributeError, name);
     return v;
 }
+#define ITEM(K) slot_at(self->engine, self->koff[K], keys[K])
 
-static inline int get_double(PyObject *d, PyObject *key, double *out) {
-    PyObject *v = item(d, key);
+/* Sets the engine's attribute at `off` to `v`, a new reference (stolen). */
+static inline int slot_set(PyObject *engine, Py_ssize_t off, PyObject *v) {
+    if (!v) return -1;
+    PyObject **p = (PyObject **)((char *)engine + off);
+    Py_XSETREF(*p, v);
+    return 0;
+}
+
+static inline int get_double(KernelObject *self, int k, double *out) {
+    PyObject *v = ITEM(k);
     if (!v) return -1;
     *out = PyFloat_AsDouble(v);
     return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static inline int set_double(PyObject *d, PyObject *key, double x) {
-    PyObject *v = PyFloat_FromDouble(x);
-    if (!v) return -1;
-    int rc = PyDict_SetItem(d, key, v);
-    Py_DECREF(v);
-    return rc;
+static inline int set_double(KernelObject *self, int k, double x) {
+    return slot_set(self->engine, self->koff[k], PyFloat_FromDouble(x));
 }
 
-/* d[key] += 1, as Python's int. */
-static inline int increment(PyObject *d, PyObject *key) {
-    PyObject *v = item(d, key);
+/* engine.<k> += 1, as Python's int. */
+static inline int increment(KernelObject *self, int k) {
+    PyObject *v = ITEM(k);
     if (!v) return -1;
     long long n = PyLong_AsLongLong(v);
     if (n == -1 && PyErr_Occurred()) return -1;
-    PyObject *w = PyLong_FromLongLong(n + 1);
-    if (!w) return -1;
-    int rc = PyDict_SetItem(d, key, w);
-    Py_DECREF(w);
-    return rc;
+    return slot_set(self->engine, self->koff[k], PyLong_FromLongLong(n + 1));
 }
 
 static PyObject *call_method(PyObject *obj, PyObject *name, PyObject **args, size_t nargs) {
@@ -193,8 +199,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     int same = PyObject_RichCompareBool(attacker, victim, Py_EQ);
     if (same < 0) return NULL;
     if (same) Py_RETURN_NONE;
-    PyObject *d = self->dict;
-    PyObject *ids = item(d, keys[K_IDS]);
+    PyObject *ids = ITEM(K_IDS);
     if (!ids) return NULL;
     if (!PyDict_CheckExact(ids)) return PyErr_Format(PyExc_TypeError, "Engine.ids must be a dict");
     PyObject *a_obj = PyDict_GetItemWithError(ids, attacker);
@@ -213,7 +218,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     Py_ssize_t b = PyLong_AsSsize_t(b_obj);
     if (b == -1 && PyErr_Occurred()) return NULL;
     double clock;
-    if (get_double(d, keys[K_CLOCK], &clock) < 0) return NULL;
+    if (get_double(self, K_CLOCK, &clock) < 0) return NULL;
     if (t < clock && t < clock - self->late_tolerance) Py_RETURN_NONE; /* out_of_order: Python counts it */
 
     /* Every column, checked before anything changes: an array of the expected type code that
@@ -221,7 +226,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     PyObject *col[NCOLS];
     Py_ssize_t hi_id = a > b ? a : b;
     for (int c = 0; c < NCOLS; c++) {
-        PyObject *o = item(d, col_keys[c]);
+        PyObject *o = slot_at(self->engine, self->coff[c], col_keys[c]);
         if (!o) return NULL;
         if (Py_TYPE(o) != array_type || *((ArrayObject *)o)->ob_descr != col_code[c])
             return PyErr_Format(PyExc_TypeError, "Engine.%s must be array('%c')", col_attr[c], col_code[c]);
@@ -231,14 +236,14 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
             return PyErr_Format(PyExc_IndexError, "Engine.%s is shorter than player %zd", col_attr[c], hi_id);
         col[c] = o;
     }
-    PyObject *active_obj = item(d, keys[K_ACTIVE]);
-    PyObject *tier_obj = item(d, keys[K_TIER]);
-    PyObject *bounds = item(d, keys[K_BOUNDS]);
-    PyObject *names = item(d, keys[K_NAMES]);
-    PyObject *ladder = item(d, keys[K_LADDER]);
-    PyObject *cooldown = item(d, keys[K_COOLDOWN]);
-    PyObject *log = item(d, keys[K_LOG]);
-    PyObject *expiry = item(d, keys[K_EXPIRY]);
+    PyObject *active_obj = ITEM(K_ACTIVE);
+    PyObject *tier_obj = ITEM(K_TIER);
+    PyObject *bounds = ITEM(K_BOUNDS);
+    PyObject *names = ITEM(K_NAMES);
+    PyObject *ladder = ITEM(K_LADDER);
+    PyObject *cooldown = ITEM(K_COOLDOWN);
+    PyObject *log = ITEM(K_LOG);
+    PyObject *expiry = ITEM(K_EXPIRY);
     if (!active_obj || !tier_obj || !bounds || !names || !ladder || !cooldown || !log || !expiry) return NULL;
     if (!PyByteArray_CheckExact(active_obj) || !PyByteArray_CheckExact(tier_obj) || !PyList_CheckExact(bounds) ||
         !PyList_CheckExact(names) || !PyDict_CheckExact(cooldown) || !PyList_CheckExact(expiry))
@@ -251,9 +256,9 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     if (t < clock) {
         /* A slightly late event is applied at the engine clock (docs/adr.md). */
         t = clock;
-        if (increment(d, keys[K_LATE]) < 0) return NULL;
+        if (increment(self, K_LATE) < 0) return NULL;
     }
-    if (set_double(d, keys[K_CLOCK], t) < 0) return NULL;
+    if (set_double(self, K_CLOCK, t) < 0) return NULL;
     /* §2.1 cooldown, before anything changes. */
     PyObject *pair = PyLong_FromUnsignedLongLong(((unsigned long long)a << ID_BITS) | (unsigned long long)b);
     if (!pair) return NULL;
@@ -264,7 +269,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         if (lk == -1.0 && PyErr_Occurred()) goto fail_pair;
         if (t - lk < self->t_cooldown) {
             Py_DECREF(pair);
-            if (increment(d, keys[K_FILTERED]) < 0) return NULL;
+            if (increment(self, K_FILTERED) < 0) return NULL;
             Py_INCREF(self->filtered_obj);
             return self->filtered_obj;
         }
@@ -320,14 +325,14 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
             Py_DECREF(res);
         }
     }
-    PyObject *n_active_obj = item(d, keys[K_NACTIVE]);
+    PyObject *n_active_obj = ITEM(K_NACTIVE);
     if (!n_active_obj) return NULL;
     Py_ssize_t n_active = PyLong_AsSsize_t(n_active_obj);
     if (n_active == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t n_players = PyList_GET_SIZE(names);
     double sum_active, sum_all, sum_sigma_old;
-    if (get_double(d, keys[K_SUM_ACTIVE], &sum_active) < 0 || get_double(d, keys[K_SUM_ALL], &sum_all) < 0 ||
-        get_double(d, keys[K_SUM_SIGMA], &sum_sigma_old) < 0)
+    if (get_double(self, K_SUM_ACTIVE, &sum_active) < 0 || get_double(self, K_SUM_ALL, &sum_all) < 0 ||
+        get_double(self, K_SUM_SIGMA, &sum_sigma_old) < 0)
         return NULL;
     double mean = n_active ? sum_active / (double)n_active : sum_all / (double)n_players;
     if (self->decay_on && na && t > la) {
@@ -386,7 +391,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     if (db > dmax) db = dmax;
     else if (db < -dmax) db = -dmax;
     double lo, hi;
-    if (get_double(d, keys[K_RLO], &lo) < 0 || get_double(d, keys[K_RHI], &hi) < 0) return NULL;
+    if (get_double(self, K_RLO, &lo) < 0 || get_double(self, K_RHI, &hi) < 0) return NULL;
     double ra_new = ra + da;
     if (ra_new > hi) ra_new = hi;
     else if (ra_new < lo) ra_new = lo;
@@ -395,7 +400,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     else if (rb_new < lo) rb_new = lo;
     da = ra_new - ra;
     db = rb_new - rb;
-    if (set_double(d, keys[K_DELTA_A], da) < 0 || set_double(d, keys[K_DELTA_B], db) < 0) return NULL;
+    if (set_double(self, K_DELTA_A, da) < 0 || set_double(self, K_DELTA_B, db) < 0) return NULL;
 
     /* Step 7: §4.3 two-stage sigma from the final visible change. */
     double sa_new = 1.0 / sqrt(1.0 / (sa * sa + da * da) + self->inv_g2);
@@ -465,14 +470,14 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     r_arr[b] = rb_new;
     s_arr[a] = sa_new;
     s_arr[b] = sb_new;
-    if (set_double(d, keys[K_SUM_SIGMA], sum_sigma - sa - sb + sa_new + sb_new) < 0 ||
-        set_double(d, keys[K_SUM_ALL], sum_all + (ra_new - ra_old + rb_new - rb_old)) < 0)
+    if (set_double(self, K_SUM_SIGMA, sum_sigma - sa - sb + sa_new + sb_new) < 0 ||
+        set_double(self, K_SUM_ALL, sum_all + (ra_new - ra_old + rb_new - rb_old)) < 0)
         return NULL;
     const char *active = PyByteArray_AS_STRING(active_obj);
     int active_a = active[a], active_b = active[b];
     if (active_a || active_b) {
         double inc = (active_a ? ra_new - ra_old : 0.0) + (active_b ? rb_new - rb_old : 0.0);
-        if (set_double(d, keys[K_SUM_ACTIVE], sum_active + inc) < 0) return NULL;
+        if (set_double(self, K_SUM_ACTIVE, sum_active + inc) < 0) return NULL;
     }
     double olds[2] = {ra_old, rb_old}, news[2] = {ra_new, rb_new};
     for (int side = 0; side < 2; side++) {
@@ -518,7 +523,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         if (!res) return NULL;
         Py_DECREF(res);
     }
-    if (increment(d, keys[K_APPLIED]) < 0) return NULL;
+    if (increment(self, K_APPLIED) < 0) return NULL;
     Py_INCREF(self->applied_obj);
     return self->applied_obj;
 
@@ -527,33 +532,43 @@ fail_pair:
     return NULL;
 }
 
-/* Kernel(engine, applied, filtered): bound to one Engine; checks the array layout first. */
+/* The offset of `name`, an object slot (__slots__) of the engine's type; -1 with an error. */
+static Py_ssize_t slot_offset(PyObject *engine, PyObject *name) {
+    PyObject *desc = PyObject_GetAttr((PyObject *)Py_TYPE(engine), name);
+    if (!desc) return -1;
+    Py_ssize_t off = -1;
+    if (Py_IS_TYPE(desc, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)desc)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) off = m->offset;
+    }
+    Py_DECREF(desc);
+    if (off < 0) PyErr_Format(PyExc_TypeError, "Engine.%U must be declared in __slots__", name);
+    return off;
+}
+
+/* Kernel(engine, applied, filtered): bound to one Engine; checks its slots and columns first. */
 static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     PyObject *engine, *applied, *filtered;
     if (!PyArg_ParseTuple(args, "OOO", &engine, &applied, &filtered)) return -1;
-    PyObject *dict = PyObject_GenericGetDict(engine, NULL);
-    if (!dict) return -1;
+    for (int i = 0; i < NKEYS; i++)
+        if ((self->koff[i] = slot_offset(engine, keys[i])) < 0) return -1;
+    for (int c = 0; c < NCOLS; c++)
+        if ((self->coff[c] = slot_offset(engine, col_keys[c])) < 0) return -1;
+    if ((self->off_next_recal = slot_offset(engine, s_next_recal)) < 0) return -1;
     for (int c = 0; c < NCOLS; c++) {
-        PyObject *o = PyDict_GetItemWithError(dict, col_keys[c]);
-        if (!o || Py_TYPE(o) != array_type) {
-            if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "Engine.%s must be an array", col_attr[c]);
-            Py_DECREF(dict);
-            return -1;
-        }
-        if (*((ArrayObject *)o)->ob_descr != col_code[c]) {
-            Py_DECREF(dict);
+        PyObject *o = slot_at(engine, self->coff[c], col_keys[c]);
+        if (!o) return -1;
+        if (Py_TYPE(o) != array_type || *((ArrayObject *)o)->ob_descr != col_code[c]) {
             PyErr_Format(PyExc_TypeError, "Engine.%s must be array('%c')", col_attr[c], col_code[c]);
             return -1;
         }
     }
-    PyObject *k_key = PyUnicode_InternFromString("_k");
-    PyObject *k = k_key ? PyDict_GetItemWithError(dict, k_key) : NULL;
-    Py_XDECREF(k_key);
-    PyObject *params = PyObject_GetAttrString(engine, "params");
+    PyObject *k = PyObject_GetAttrString(engine, "_k");
+    PyObject *params = k ? PyObject_GetAttrString(engine, "params") : NULL;
     if (!k || !PyTuple_Check(k) || PyTuple_GET_SIZE(k) != 27 || !params) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Engine._k must be the 27 derived parameters");
         Py_XDECREF(params);
-        Py_DECREF(dict);
+        Py_XDECREF(k);
         return -1;
     }
     double *dst[] = {&self->t_return_s, NULL, &self->tau_s, &self->drift_s, &self->smax, &self->smin, &self->theta,
@@ -582,10 +597,11 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
         }
         if (PyErr_Occurred()) {
             Py_DECREF(params);
-            Py_DECREF(dict);
+            Py_DECREF(k);
             return -1;
         }
     }
+    Py_DECREF(k);
     PyObject *lt = PyObject_GetAttrString(params, "late_tolerance");
     PyObject *tc = PyObject_GetAttrString(params, "t_cooldown");
     Py_DECREF(params);
@@ -595,14 +611,12 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     Py_XDECREF(tc);
     if (PyErr_Occurred() || self->wlen < 1 || self->n_act < 1) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "window_len and n_active must be >= 1");
-        Py_DECREF(dict);
         return -1;
     }
     Py_INCREF(engine);
     Py_INCREF(applied);
     Py_INCREF(filtered);
     Py_XSETREF(self->engine, engine);
-    Py_XSETREF(self->dict, dict);
     Py_XSETREF(self->applied_obj, applied);
     Py_XSETREF(self->filtered_obj, filtered);
     return 0;
@@ -610,7 +624,6 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
 
 static int Kernel_traverse(KernelObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->engine);
-    Py_VISIT(self->dict);
     Py_VISIT(self->applied_obj);
     Py_VISIT(self->filtered_obj);
     return 0;
@@ -618,7 +631,6 @@ static int Kernel_traverse(KernelObject *self, visitproc visit, void *arg) {
 
 static int Kernel_clear(KernelObject *self) {
     Py_CLEAR(self->engine);
-    Py_CLEAR(self->dict);
     Py_CLEAR(self->applied_obj);
     Py_CLEAR(self->filtered_obj);
     return 0;
@@ -631,7 +643,7 @@ static void Kernel_dealloc(KernelObject *self) {
 }
 
 static PyObject *Kernel_call_apply(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (!self->dict) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
+    if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
     return Kernel_apply(self, args, nargs);
 }
 
@@ -640,14 +652,17 @@ static PyObject *Kernel_call_apply(KernelObject *self, PyObject *const *args, Py
  * come; stops before `stop`, before a record of another shape, one due a recalibration
  * (t >= next_recalibration: Engine.feed's rule) and one the kernel hands back to Python. */
 static PyObject *Kernel_run(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (!self->dict) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
+    if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
     if (nargs != 3 || !PyList_Check(args[0])) return PyErr_Format(PyExc_TypeError, "run(records: list, start, stop)");
     PyObject *records = args[0];
     Py_ssize_t k = PyLong_AsSsize_t(args[1]);
     Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
     if ((k == -1 || stop == -1) && PyErr_Occurred()) return NULL;
     double next_recal;
-    if (get_double(self->dict, s_next_recal, &next_recal) < 0) return NULL;
+    PyObject *nr = slot_at(self->engine, self->off_next_recal, s_next_recal);
+    if (!nr) return NULL;
+    next_recal = PyFloat_AsDouble(nr);
+    if (next_recal == -1.0 && PyErr_Occurred()) return NULL;
     Py_ssize_t applied = 0, filtered = 0;
     if (k < 0) k = 0;
     for (; k < stop && k < PyList_GET_SIZE(records); k++) {

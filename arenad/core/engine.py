@@ -143,6 +143,18 @@ def initial_boundaries(params: ADRParams) -> list[float]:
 class Engine:
     """The whole ADR state of one ladder, updated one kill at a time."""
 
+    # Slots: the C kernel reads and writes these attributes at fixed offsets on every event
+    # (a dict lookup each would be ~16 % of the daemon's time per event, perf).
+    __slots__ = (
+        "_active", "_aring", "_bounds", "_cooldown", "_cooldown_log", "_expiry", "_h", "_k",
+        "_ladder", "_last", "_max_players", "_n", "_n0", "_n_active", "_native", "_neg_bounds",
+        "_phi", "_pool", "_r", "_r_hi", "_r_lo", "_ret", "_sigma", "_streak", "_sum_r_active",
+        "_sum_r_all", "_sum_sigma", "_tier", "_tier_counts", "_wring", "_wslot", "_wsum",
+        "applied", "calibrations", "clock", "filtered", "ids", "last_delta_attacker",
+        "last_delta_victim", "late_applied", "names", "next_recalibration", "next_sweep", "offset",
+        "params", "rejected", "run_records", "scope", "sweeps", "tier_changes",
+    )  # fmt: skip
+
     def __init__(self, params: ADRParams | None = None, *, native: bool | None = None) -> None:
         """``native``: run ``apply``'s common case in the C kernel (default: when it was built)."""
         p = params if params is not None else ADRParams()
