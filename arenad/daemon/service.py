@@ -48,6 +48,7 @@ from arenad.core.events import Reject
 from arenad.core.params import TIER_NAMES
 from arenad.daemon import sdnotify
 from arenad.daemon.admin import AdminHandler, load_token, serve_admin
+from arenad.daemon.alloc import fix_mmap_threshold
 from arenad.daemon.clock import DaemonClock
 from arenad.daemon.config import _off, parse_hostport
 from arenad.daemon.history import (
@@ -1377,6 +1378,9 @@ def run_daemon(settings: Settings, reload: Callable[[], Settings] | None = None)
     # would make every full collection walk millions of objects and stall queries for
     # milliseconds. Collect young objects less often and old ones rarely.
     gc.set_threshold(50_000, 20, 100)
+    # Large transient arrays (recalibration) must go back to the system when freed, not stay in
+    # the resident set as heap holes (arenad/daemon/alloc.py).
+    log.info("allocator", mmap_threshold_fixed=fix_mmap_threshold())
     if uvloop is None:  # pragma: no cover - uvloop is a dependency on Linux
         return asyncio.run(daemon.run())
     return int(uvloop.run(daemon.run()))
