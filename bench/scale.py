@@ -64,6 +64,8 @@ import os
 import random
 import shutil
 import socket
+import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -646,28 +648,62 @@ class QueryLoad:
     parts: int = 1
 
 
-async def _query_clients(load: QueryLoad) -> Result:
-    kind, key, names, qps, conns, start_at = (
-        load.kind,
-        load.key,
-        load.names,
-        load.qps,
-        load.conns,
-        load.start_at,
-    )
-    total = int(qps * load.seconds)
+def _requests(load: QueryLoad) -> list[bytes]:
+    """The whole schedule's requests, get and top alternately (the same for every client)."""
     rng = random.Random(11)
     reqs: list[bytes] = []
-    for j in range(total):
-        if kind == "arenad":
+    for j in range(int(load.qps * load.seconds)):
+        if load.kind == "arenad":
             if j % 2 == 0:
-                reqs.append(json.dumps({"op": "get", "player": rng.choice(names)}).encode() + b"\n")
+                reqs.append(json.dumps({"op": "get", "player": rng.choice(load.names)}).encode() + b"\n")
             else:
                 reqs.append(b'{"op": "top", "n": 10}\n')
         elif j % 2 == 0:
-            reqs.append(resp_command("ZREVRANK", key, rng.choice(names)))
+            reqs.append(resp_command("ZREVRANK", load.key, rng.choice(load.names)))
         else:
-            reqs.append(resp_command("ZREVRANGE", key, 0, 9, "WITHSCORES"))
+            reqs.append(resp_command("ZREVRANGE", load.key, 0, 9, "WITHSCORES"))
+    return reqs
+
+
+def build_qload(workdir: Path) -> Path | None:
+    """Compile bench/qload.c (the C query client) into ``workdir``; None without a compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    exe = workdir / "qload"
+    subprocess.run([cc, "-O2", "-o", str(exe), str(Path(__file__).with_name("qload.c"))], check=True)
+    return exe
+
+
+def _query_proc_c(load: QueryLoad, exe: str, out: Connection) -> None:
+    """The query load through bench/qload.c: ``conns`` connections in one epoll loop."""
+    try:
+        reqs = _requests(load)
+        with tempfile.TemporaryDirectory(prefix="arenad-qload-") as tmp:
+            req_file = Path(tmp) / "requests"
+            req_file.write_bytes(b"".join(struct.pack("<I", len(r)) + r for r in reqs))
+            res_file = Path(tmp) / "latencies"
+            proto = "line" if load.kind == "arenad" else "resp"
+            # time.monotonic() is CLOCK_MONOTONIC on Linux, the clock qload schedules by.
+            start_ns = str(int(load.start_at * 1e9))
+            args = [exe, load.addr[0], str(load.addr[1]), proto, str(load.conns), str(load.qps), start_ns]
+            done = subprocess.run(
+                [*args, str(req_file), str(res_file)], timeout=load.seconds + 90, check=False
+            )
+            if done.returncode != 0:
+                out.send({"error": f"qload exited with {done.returncode}"})
+                return
+            rows = np.fromfile(res_file, dtype=np.float64).reshape(-1, 3)
+        out.send({"lat": rows[:, 0].tolist(), "lag": rows[:, 1].tolist(), "errors": int(rows[:, 2].sum())})
+    except BaseException as e:
+        out.send({"error": f"{type(e).__name__}: {e}"})
+
+
+async def _query_clients(load: QueryLoad) -> Result:
+    qps, conns, start_at = load.qps, load.conns, load.start_at
+    kind = load.kind
+    reqs = _requests(load)
+    total = len(reqs)
     lat = [0.0] * total
     lag = [0.0] * total
     errors = [0]
@@ -743,6 +779,7 @@ def _loaded_run(
     seconds: float,
     *,
     watch: Callable[[], None] | None = None,
+    qload: Path | None = None,
 ) -> tuple[Result, float, float]:
     """Fork the ingesting process (``seconds`` of ingest) and the query process (all but the first
     and last half second) on one schedule; wait for both. Returns the latency figures and when
@@ -752,15 +789,21 @@ def _loaded_run(
     query = replace(query, start_at=start_at + 0.5, seconds=max(0.5, seconds - 1.0))
     i_recv, i_send = ctx.Pipe(duplex=False)
     ingester = ctx.Process(target=ingest, args=(*ingest_args, start_at, i_send))
-    # One process per connection: in one event loop, replies that arrive together wait for each
-    # other's handling, which adds the client's own queueing to what is measured (with Redis and
-    # no ingest at all: p99 3.4 ms over 8 connections in one loop, 0.3 ms over one).
-    parts = query.conns
+    # The C client when it could be built: all connections in one epoll loop at microseconds per
+    # reply. Otherwise one Python process per connection: in one asyncio loop, replies that arrive
+    # together wait for each other's handling, which adds the client's own queueing to what is
+    # measured (Redis with no ingest at all: p99 3.4 ms over 8 connections in one loop).
     queriers = []
-    for part in range(parts):
+    if qload is not None:
+        parts = 1
         recv, send = ctx.Pipe(duplex=False)
-        load = replace(query, conns=1, part=part, parts=parts)
-        queriers.append((ctx.Process(target=_query_proc, args=(load, send)), recv))
+        queriers.append((ctx.Process(target=_query_proc_c, args=(query, str(qload), send)), recv))
+    else:
+        parts = query.conns
+        for part in range(parts):
+            recv, send = ctx.Pipe(duplex=False)
+            load = replace(query, conns=1, part=part, parts=parts)
+            queriers.append((ctx.Process(target=_query_proc, args=(load, send)), recv))
     ingester.start()
     for proc, _ in queriers:
         proc.start()
@@ -847,8 +890,10 @@ def query_part(
     seconds = sizes.query_seconds
     n = int(ingest * seconds)
     split = pin_split() if pin else None
+    qload = build_qload(workdir)
     out: Result = {"players": p, "ingest_events_per_s": ingest, "qps": QPS, "connections": QUERY_CONNS}
     out["pinned"] = None if split is None else {"server": sorted(split[0]), "load": sorted(split[1])}
+    out["client"] = "bench/qload.c" if qload is not None else "python, a process per connection"
     config = workdir / "arenad-query.toml"
     config.write_text("[query]\nrate_limit = 0\n", encoding="utf-8")
     d = DaemonProcess(workdir / "state-query", config=config)
@@ -887,6 +932,7 @@ def query_part(
                 QueryLoad("arenad", d.addr("query"), "", names),
                 seconds,
                 watch=watch,
+                qload=qload,
             )
         at_end = decided(d.stats())
         # Wait until the daemon has decided on everything it took in: every event, or (when its
@@ -935,7 +981,11 @@ def query_part(
             redis_pid = None  # another host or namespace: not ours to pin
         with pinned(redis_pid, split):
             lat, start_at, ended = _loaded_run(
-                _redis_pacer, (addr, batches, ingest / BATCH), QueryLoad("redis", addr, key, names), seconds
+                _redis_pacer,
+                (addr, batches, ingest / BATCH),
+                QueryLoad("redis", addr, key, names),
+                seconds,
+                qload=qload,
             )
         out["redis"] = lat | {
             "events": len(pairs),

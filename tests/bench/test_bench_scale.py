@@ -7,6 +7,7 @@ targets' sizes: its "met?" column says so).
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -47,6 +48,9 @@ def test_scale_benchmark_quick() -> None:
 
     q = report["query"]["arenad"]
     assert q["errors"] == 0 and q["get"]["n"] > 0 and q["top"]["n"] > 0
+    assert all(x > 0 for x in (q["get"]["p50_ms"], q["top"]["p50_ms"], q["all"]["max_ms"]))
+    if shutil.which("cc") or shutil.which("gcc"):  # scripts/test installs gcc: the C client runs
+        assert report["query"]["client"] == "bench/qload.c"
     # Every event sent was either rated or dropped at a full queue (speed is not asserted).
     assert q["decided"] + q["dropped_events"] == q["events"] > 0
 
