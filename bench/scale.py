@@ -570,22 +570,30 @@ def e2e_part(sizes: Sizes, redis: str, workdir: Path, seed: int, log: Callable[[
 
 
 # ---------------------------------------------------------------------------- queries under load
+def _paced(n: int, per_s: float, start_at: float, send: Callable[[int], None]) -> None:
+    """``send(k)`` for k = 0..n-1, each at ``start_at + k / per_s`` (wakes every ~0.5 ms)."""
+    k = 0
+    while k < n:
+        due = start_at + k / per_s
+        now = time.monotonic()
+        if now < due:
+            time.sleep(min(0.0005, due - now))
+            continue
+        send(k)
+        k += 1
+
+
 def _udp_pacer(
     addr: tuple[str, int], datagrams: list[bytes], per_s: float, start_at: float, out: Connection
 ) -> None:
-    """Datagram k at ``start_at + k / per_s`` (wakes every ~0.5 ms and sends what is due)."""
+    """Datagram k at ``start_at + k / per_s``."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
-        k = 0
-        n = len(datagrams)
-        while k < n:
-            due = start_at + k / per_s
-            now = time.monotonic()
-            if now < due:
-                time.sleep(min(0.0005, due - now))
-                continue
+
+        def send(k: int) -> None:
             s.sendto(datagrams[k], addr)
-            k += 1
+
+        _paced(len(datagrams), per_s, start_at, send)
         out.send(time.monotonic())
 
 
@@ -594,19 +602,14 @@ def _redis_pacer(
 ) -> None:
     """Pipelined batch k (its kills' ZADD + ZREVRANK) at ``start_at + k / per_s``; replies read."""
     r = Resp(*addr)
-    k = 0
-    n = len(batches)
-    while k < n:
-        due = start_at + k / per_s
-        now = time.monotonic()
-        if now < due:
-            time.sleep(min(0.0005, due - now))
-            continue
+
+    def send(k: int) -> None:
         data, replies = batches[k]
         r.send(data)
         for _ in range(replies):
             r.reply()
-        k += 1
+
+    _paced(len(batches), per_s, start_at, send)
     r.close()
     out.send(time.monotonic())
 

@@ -50,7 +50,7 @@ static const char *const key_names[NKEYS] = {
 
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
-static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_activate, *s_tiers, *s_move, *s_window;
+static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_activate, *s_tiers, *s_window;
 static PyObject *s_next_recal;
 static PyTypeObject *array_type;
 static PyObject *fsum_fn;
@@ -245,8 +245,11 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     PyObject *log = ITEM(K_LOG);
     PyObject *expiry = ITEM(K_EXPIRY);
     if (!active_obj || !tier_obj || !bounds || !names || !ladder || !cooldown || !log || !expiry) return NULL;
+    /* The C ladder only: the engine builds a PyLadder where the extension (kernel included) is
+     * missing, or ARENAD_NATIVE=0, which turns the kernel off as well. */
     if (!PyByteArray_CheckExact(active_obj) || !PyByteArray_CheckExact(tier_obj) || !PyList_CheckExact(bounds) ||
-        !PyList_CheckExact(names) || !PyDict_CheckExact(cooldown) || !PyList_CheckExact(expiry))
+        !PyList_CheckExact(names) || !PyDict_CheckExact(cooldown) || !PyList_CheckExact(expiry) ||
+        Py_TYPE(ladder) != &LadderType)
         return PyErr_Format(PyExc_TypeError, "Engine state has an unexpected type");
     if (PyByteArray_GET_SIZE(active_obj) <= hi_id || PyByteArray_GET_SIZE(tier_obj) <= hi_id ||
         PyList_GET_SIZE(bounds) != TIER_COUNT + 1)
@@ -480,22 +483,10 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         if (set_double(self, K_SUM_ACTIVE, sum_active + inc) < 0) return NULL;
     }
     double olds[2] = {ra_old, rb_old}, news[2] = {ra_new, rb_new};
-    for (int side = 0; side < 2; side++) {
-        if (news[side] == olds[side]) continue;
-        if (Py_TYPE(ladder) == &LadderType) {
-            if (ladder_move((LadderObject *)ladder, -olds[side], -news[side], (uint32_t)players[side]) < 0)
-                return NULL;
-        } else { /* the Python ladder (ARENAD_NATIVE=0 benchmarks a mix; keep it correct) */
-            PyObject *margs[3];
-            margs[0] = PyFloat_FromDouble(-olds[side]);
-            margs[1] = PyFloat_FromDouble(-news[side]);
-            margs[2] = PyLong_FromSsize_t(players[side]);
-            PyObject *r = (margs[0] && margs[1] && margs[2]) ? call_method(ladder, s_move, margs, 3) : NULL;
-            for (int k = 0; k < 3; k++) Py_XDECREF(margs[k]);
-            if (!r) return NULL;
-            Py_DECREF(r);
-        }
-    }
+    for (int side = 0; side < 2; side++)
+        if (news[side] != olds[side] &&
+            ladder_move((LadderObject *)ladder, -olds[side], -news[side], (uint32_t)players[side]) < 0)
+            return NULL;
     /* §2.3 activity ring: the time of this counted event. */
     aring[a * n_act + na % n_act] = t;
     aring[b * n_act + nb % n_act] = t;
@@ -736,7 +727,7 @@ int kernel_register(PyObject *module) {
     if (!(s_append = PyUnicode_InternFromString("append")) || !(s_popleft = PyUnicode_InternFromString("popleft")) ||
         !(s_expire = PyUnicode_InternFromString("_expire")) || !(s_pooled = PyUnicode_InternFromString("_pooled")) ||
         !(s_activate = PyUnicode_InternFromString("_activate")) ||
-        !(s_tiers = PyUnicode_InternFromString("_tiers_after_event")) || !(s_move = PyUnicode_InternFromString("move")) ||
+        !(s_tiers = PyUnicode_InternFromString("_tiers_after_event")) ||
         !(s_window = PyUnicode_InternFromString("_new_window")) ||
         !(s_next_recal = PyUnicode_InternFromString("next_recalibration")))
         return -1;

@@ -1144,8 +1144,8 @@ class Engine:
         eng._tier = bytearray(state["tier"])
         eng._active = bytearray(state["active"])
         size = len(names)
-        lengths = {attr: len(getattr(eng, attr)) for attr in _COLUMNS.values()}
-        lengths["_wring"] = size
+        # Per-player columns; _wring is the window pool, checked against the players' blocks.
+        lengths = {attr: len(getattr(eng, attr)) for attr in _COLUMNS.values() if attr != "_wring"}
         _check_window_pool(eng._wslot, len(eng._wring), p.window_len)
         lengths["_aring"] //= p.n_active
         lengths["_tier"] = len(eng._tier)
@@ -1239,7 +1239,7 @@ def _pooled_windows(state: dict[str, Any]) -> dict[str, Any]:
     A player keeps a block when its ring is not [wsum, 0, ...] bit for bit; the others hold at
     most their first change, which _wsum already is.
     """
-    wlen = int(state["params"].get("window_len", 20))
+    wlen = ADRParams.from_mapping(state["params"]).window_len
     cols = dict(state["columns"])
     wsum = np.frombuffer(cols["wsum"], dtype=np.float64)
     rings = np.frombuffer(cols["wring"], dtype=np.float64).reshape(len(wsum), wlen)

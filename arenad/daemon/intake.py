@@ -40,9 +40,9 @@ class Intake:
         """
         s = self.settings
         if ev.t > now + s.max_clock_skew:
-            return Reject(RejectReason.FUTURE_TIME, f"t is {ev.t - now:.0f} s ahead of this host's clock")
+            return _future(ev.t, now)
         if ev.t < now - s.max_event_age:
-            return Reject(RejectReason.TOO_OLD, f"t is {now - ev.t:.0f} s in the past")
+            return _too_old(ev.t, now)
         server = ev.server if ev.server is not None else default_server
         if ev.t > now and s.clamp_future:
             # A game server whose clock runs ahead would move the rating clock ahead with it, and
@@ -53,9 +53,7 @@ class Intake:
         if ev.id is not None:
             key = (server or "", ev.id)
             if key in self._seen:
-                return Reject(
-                    RejectReason.DUPLICATE_ID, f"id {ev.id!r} of server {server!r} was applied already"
-                )
+                return _duplicate(ev.id, server)
             self._seen[key] = now
             if len(self._seen) > s.dedupe_max_ids:
                 self.prune(now)
@@ -110,12 +108,10 @@ class Intake:
                 continue
             # From here on exactly ``check``, in the same order.
             if t > newest:
-                rejects.append(
-                    Reject(RejectReason.FUTURE_TIME, f"t is {t - now:.0f} s ahead of this host's clock")
-                )
+                rejects.append(_future(t, now))
                 continue
             if t < oldest:
-                rejects.append(Reject(RejectReason.TOO_OLD, f"t is {now - t:.0f} s in the past"))
+                rejects.append(_too_old(t, now))
                 continue
             if server is None:
                 server = default_server
@@ -125,12 +121,7 @@ class Intake:
             if event_id is not None:
                 key = (server or "", event_id)
                 if key in seen:
-                    rejects.append(
-                        Reject(
-                            RejectReason.DUPLICATE_ID,
-                            f"id {event_id!r} of server {server!r} was applied already",
-                        )
-                    )
+                    rejects.append(_duplicate(event_id, server))
                     continue
                 seen[key] = now
                 if len(seen) > cap:
@@ -162,3 +153,16 @@ class Intake:
 
     def import_state(self, rows: list[list[Any]]) -> None:
         self._seen = {(str(server), str(event_id)): float(t) for server, event_id, t in rows}
+
+
+# The refusals of both checks, worded once.
+def _future(t: float, now: float) -> Reject:
+    return Reject(RejectReason.FUTURE_TIME, f"t is {t - now:.0f} s ahead of this host's clock")
+
+
+def _too_old(t: float, now: float) -> Reject:
+    return Reject(RejectReason.TOO_OLD, f"t is {now - t:.0f} s in the past")
+
+
+def _duplicate(event_id: str, server: str | None) -> Reject:
+    return Reject(RejectReason.DUPLICATE_ID, f"id {event_id!r} of server {server!r} was applied already")
