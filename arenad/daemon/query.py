@@ -33,11 +33,11 @@ import socket
 import stat
 import time
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import structlog
@@ -74,7 +74,6 @@ _ENVELOPE = frozenset({"ok", "op", "id", "error"})  # response keys no operation
 #: never become metric labels, so the histogram's label set stays bounded.
 INVALID_OP = "invalid"
 
-_CHUNK = 65536  # bytes per socket read
 _SLICE = 0.005  # seconds of request handling before the connection yields the loop to others
 _REFUSE_TIMEOUT = 1.0  # seconds to deliver the one "too many connections" line
 _CLOSE_TIMEOUT = 1.0  # seconds to flush on close before the transport is aborted
@@ -596,61 +595,158 @@ class _Connections:
     handler: QueryHandler
     settings: QuerySettings
     active: int = 0
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    open: set[_QueryConnection] = field(default_factory=set)
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.tasks.add(task)  # close_servers cancels these: nothing outlives the servers
+    def factory(self) -> _QueryConnection:
+        return _QueryConnection(self)
+
+
+class _QueryConnection(asyncio.Protocol):
+    """One query connection, answered inside ``data_received``.
+
+    Why a protocol and not a stream reader: a request that arrives while the engine task runs a
+    slice is answered as soon as that slice yields, in the same turn of the loop that reads it.
+    With a ``StreamReader`` the read only wakes a task, which runs after the engine's *next*
+    slice, so every request waited for about two slices (docs/performance.md, "Query latency").
+    There is no per-request timer either: one timer per connection checks the idle timeout
+    lazily against the time of the last progress.
+    """
+
+    __slots__ = (
+        "_bucket",
+        "_closed",
+        "_conns",
+        "_eof",
+        "_handler",
+        "_last",
+        "_lines",
+        "_loop",
+        "_pending",
+        "_reading",
+        "_refusing",
+        "_scheduled",
+        "_timeout",
+        "_timer",
+        "_transport",
+        "_write_paused",
+    )
+
+    def __init__(self, conns: _Connections) -> None:
+        self._conns = conns
+        self._handler = conns.handler
+        self._loop = asyncio.get_running_loop()
+        settings = conns.settings  # the limits as the connection opens (reload_settings)
+        self._lines = LineSplitter(settings.max_line)
+        self._timeout = settings.idle_timeout
+        rate = settings.rate_limit
+        self._bucket = TokenBucket(rate, settings.burst, self._loop.time()) if rate > 0 else None
+        self._transport: asyncio.Transport | None = None
+        self._pending: deque[bytes | None] = deque()  # lines read, not answered yet
+        self._last = self._loop.time()  # last progress: a read, or the client taking our replies
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed: asyncio.Future[None] = self._loop.create_future()
+        self._refusing = False  # over the connection limit: one answer, then closed
+        self._eof = False
+        self._write_paused = False
+        self._reading = True
+        self._scheduled = False  # a _work call is queued (pipelined lines past one slice)
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not subclasses of asyncio.Transport: no isinstance.
+        self._transport = cast(asyncio.Transport, transport)
+        transport = self._transport
+        conns = self._conns
+        conns.open.add(self)  # close_servers ends these: nothing outlives the servers
+        limit = conns.settings.max_connections
+        if conns.active >= limit:
+            self._handler.rejected["too_many_connections"] += 1
+            self._refusing = True
+            # Answer one line and end our side; closing while the client's request is still
+            # unread would send a reset, which can destroy the answer before the client reads it,
+            # so its input is read and dropped until it closes (or _REFUSE_TIMEOUT passes).
+            transport.write(error_line(f"too many connections (limit {limit})"))
+            if transport.can_write_eof():
+                transport.write_eof()
+            self._timer = self._loop.call_later(_REFUSE_TIMEOUT, self._close)
+            return
+        conns.active += 1
+        self._handler.connections = conns.active
+        self._timer = self._loop.call_at(self._last + self._timeout, self._check_idle)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusing:
+            return
+        batch = self._lines.feed(data)
+        if batch:
+            self._pending.extend(batch)
+            if not self._scheduled:
+                self._work()
+        self._last = self._loop.time()
+
+    def eof_received(self) -> bool:
+        if self._refusing:
+            return False  # the transport closes itself: our one line is flushed first
+        last = self._lines.finish()
+        if last is not None:
+            self._pending.append(last)
+        self._eof = True
+        if not self._scheduled:
+            self._work()
+        return True  # kept half-open until the last answer is handed over (_work closes)
+
+    def pause_writing(self) -> None:
+        # The client does not take our replies as fast as it asks: stop reading (and answering)
+        # until it does, instead of buffering replies without bound; _check_idle drops a client
+        # that takes nothing for idle_timeout.
+        self._write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._last = self._loop.time()
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._work)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        conns = self._conns
+        conns.open.discard(self)
+        if not self._refusing:
+            # Counted down at once, so a client that has seen its connection end can rely on
+            # its slot being free.
+            conns.active -= 1
+            self._handler.connections = conns.active
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._pending.clear()
+        self._transport = None
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    # -- the work --------------------------------------------------------------------------
+    def _work(self) -> None:
+        """Answer pending lines until none is left, a slice is spent or the replies back up."""
+        self._scheduled = False
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        handler = self._handler
+        bucket = self._bucket
+        pending = self._pending
+        loop = self._loop
+        slice_start = loop.time()
         try:
-            if self.active >= self.settings.max_connections:
-                self.handler.rejected["too_many_connections"] += 1
-                await _refuse(reader, writer, self.settings.max_connections)
-                return
-            self.active += 1
-            self.handler.connections = self.active
-            try:
-                await self._session(reader, writer)
-            finally:
-                # Counted down before the close completes, so a client that has seen its
-                # connection end can rely on its slot being free.
-                self.active -= 1
-                self.handler.connections = self.active
-        except OSError:
-            pass  # the client went away mid-reply: nothing to answer any more
-        except Exception as e:  # a bug here ends this connection only, and is logged once
-            self.handler.internal_error("connection", e)
-        finally:
-            self.tasks.discard(task)
-            await _close(writer)
-
-    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handler = self.handler
-        timeout = self.settings.idle_timeout
-        lines = LineSplitter(self.settings.max_line)
-        loop = asyncio.get_running_loop()
-        # The limits as the connection opens: an admin "reload" (reload_settings) replaces them
-        # for connections opened after it.
-        rate = self.settings.rate_limit
-        bucket = TokenBucket(rate, self.settings.burst, loop.time()) if rate > 0 else None
-        while True:
-            try:
-                async with asyncio.timeout(timeout):
-                    data = await reader.read(_CHUNK)
-            except TimeoutError:
-                return  # idle for idle_timeout
-            if data:
-                batch = lines.feed(data)
-            else:
-                last = lines.finish()
-                batch = [] if last is None else [last]
-            slice_start = loop.time()
-            for line in batch:
+            while pending and not self._write_paused:
                 if loop.time() - slice_start > _SLICE:
-                    # A client pipelining expensive requests must not hold the loop (and so
-                    # the engine task) for longer than a slice.
-                    await asyncio.sleep(0)
-                    slice_start = loop.time()
+                    # A client pipelining expensive requests must not hold the loop (and so the
+                    # engine task) for longer than a slice: the rest waits for the next turn.
+                    self._pause_reading()
+                    self._scheduled = True
+                    loop.call_soon(self._work)
+                    return
+                line = pending.popleft()
                 # Every line costs a token, an over-long or invalid one too; a refused request
                 # is answered without being parsed, so a flood costs us little.
                 wait = 0.0 if bucket is None else bucket.take(loop.time())
@@ -659,56 +755,55 @@ class _Connections:
                 elif line is None:
                     reply = handler.line_too_long()
                 else:
-                    # Handled synchronously: the engine is only mutated by the engine task on
+                    # Answered synchronously: the engine is only mutated by the engine task on
                     # this same loop, so it cannot change while one request is being answered.
                     reply = handler.handle_line(line)
-                writer.write(reply)
-                # drain() returns at once unless the transport buffer is above its high-water
-                # mark; a client that stops reading is dropped after idle_timeout instead of
-                # making us buffer replies without bound.
-                if not await _drain(writer, timeout):
-                    return
-            if not data:
-                return  # end of input; the last reply has been handed to the transport
+                transport.write(reply)
+        except Exception as e:  # a bug here ends this connection only, and is logged once
+            handler.internal_error("connection", e)
+            self._close()
+            return
+        if pending:
+            return  # the client is not reading: resume_writing continues
+        if self._eof:
+            self._close()  # end of input, and the last reply is handed to the transport
+        elif not self._reading and not self._write_paused:
+            self._reading = True
+            transport.resume_reading()
 
+    def _pause_reading(self) -> None:
+        if self._reading and self._transport is not None and not self._transport.is_closing():
+            self._reading = False
+            self._transport.pause_reading()
 
-async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int) -> None:
-    """Answer one line and end the connection, so that the client can read the answer."""
-    writer.write(error_line(f"too many connections (limit {limit})"))
-    if not await _drain(writer, _REFUSE_TIMEOUT):
-        return
-    writer.write_eof()
-    # Closing while the client's request is still unread would send a reset, and a reset can
-    # destroy our answer before the client reads it; so read (and drop) until the client closes.
-    try:
-        async with asyncio.timeout(_REFUSE_TIMEOUT):
-            while await reader.read(_CHUNK):
-                pass
-    except TimeoutError:
-        pass
+    def _check_idle(self) -> None:
+        """The idle timer: re-armed at the last progress plus idle_timeout, or closes."""
+        self._timer = None
+        transport = self._transport
+        if transport is None:
+            return
+        due = self._last + self._timeout
+        if self._loop.time() < due or (self._pending and not self._write_paused):
+            self._timer = self._loop.call_at(max(due, self._loop.time() + 0.01), self._check_idle)
+            return
+        if self._write_paused:
+            transport.abort()  # has taken none of our replies for idle_timeout
+        else:
+            self._close()  # idle for idle_timeout
 
+    def _close(self) -> None:
+        """Close after the buffered replies are flushed; abort after _CLOSE_TIMEOUT (a peer that
+        never reads would hold the flush forever)."""
+        transport = self._transport
+        if transport is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(_CLOSE_TIMEOUT, transport.abort)
+        transport.close()
 
-async def _drain(writer: asyncio.StreamWriter, timeout: float) -> bool:
-    """Wait for the transport buffer to fall below its high-water mark; abort after ``timeout``."""
-    try:
-        async with asyncio.timeout(timeout):
-            await writer.drain()
-    except TimeoutError:
-        writer.transport.abort()
-        return False
-    return True
-
-
-async def _close(writer: asyncio.StreamWriter) -> None:
-    writer.close()
-    try:
-        async with asyncio.timeout(_CLOSE_TIMEOUT):
-            await writer.wait_closed()
-    except TimeoutError:
-        # close() waits for the buffer to flush; a peer that never reads would hold it forever.
-        writer.transport.abort()
-    except OSError:
-        pass  # reset by the peer while closing: closed all the same
+    async def closed(self) -> None:
+        await self._closed
 
 
 @dataclass(frozen=True, slots=True)
@@ -730,11 +825,12 @@ async def serve_query(handler: QueryHandler, settings: QuerySettings) -> list[as
     connection and removes the Unix socket file.
     """
     connections = _Connections(handler, settings)
+    loop = asyncio.get_running_loop()
     servers: list[asyncio.Server] = []
     try:
         if settings.tcp_enabled:
             host, port = parse_hostport(settings.listen)
-            server = await asyncio.start_server(connections.serve, host, port)
+            server = await loop.create_server(connections.factory, host, port)
             _SERVED[server] = _Served(connections, None)
             servers.append(server)
             for sock in server.sockets:
@@ -742,7 +838,7 @@ async def serve_query(handler: QueryHandler, settings: QuerySettings) -> list[as
         if settings.unix:
             path = Path(settings.unix)
             _remove_stale_socket(path)
-            server = await asyncio.start_unix_server(connections.serve, str(path))
+            server = await loop.create_unix_server(connections.factory, str(path))
             _SERVED[server] = _Served(connections, path)
             servers.append(server)
             # Created with the umask's mode first; narrowing it after bind is the portable way
@@ -770,13 +866,15 @@ async def close_servers(servers: Iterable[asyncio.Server]) -> None:
     served = [_SERVED.pop(s, None) for s in servers]
     for server in servers:
         server.close()
-    tasks: set[asyncio.Task[Any]] = set()
+    conns: set[_QueryConnection] = set()
     for s in served:
         if s is not None:
-            tasks |= s.connections.tasks
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+            conns |= s.connections.open
+    for conn in conns:
+        conn._close()
+    if conns:
+        # Each closes once its buffered replies are flushed, or is aborted after _CLOSE_TIMEOUT.
+        await asyncio.gather(*(c.closed() for c in conns))
     for server in servers:
         await server.wait_closed()
     for s in served:
