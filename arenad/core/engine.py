@@ -36,6 +36,7 @@ from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from arenad.core.ladder import Ladder
 from arenad.core.params import PLAYER_ID_LIMIT, TIER_COUNT, TIER_NAMES, ADRParams
@@ -57,6 +58,22 @@ _ID_BITS = PLAYER_ID_LIMIT.bit_length() - 1
 
 _INF = math.inf
 _INV_PI = 1.0 / math.pi
+#: Below this many players the population sum is exact (math.fsum); numpy's pairwise sum above.
+_FSUM_BELOW = 4096
+
+
+def _inverted_cdf_index(n: int, levels: npt.NDArray[np.float64]) -> npt.NDArray[np.intp]:
+    """Positions in sorted order of ``np.quantile(x, levels, method="inverted_cdf")`` for n values.
+
+    numpy's own rule (Hyndman & Fan's definition 1), in the same float operations: j = n*q - 1,
+    rounded up unless it is whole, never below 0. Selecting these order statistics in place is
+    what lets plan_recalibration skip np.quantile's copy of the data.
+    """
+    j = n * levels - 1
+    low = np.floor(j)
+    index = np.where(j - low == 0, low, low + 1).astype(np.intp)
+    index[index < 0] = 0
+    return index
 
 
 class Outcome(IntEnum):
@@ -148,7 +165,7 @@ class Engine:
     __slots__ = (
         "_active", "_aring", "_bounds", "_cooldown", "_cooldown_log", "_expiry", "_h", "_k",
         "_ladder", "_last", "_max_players", "_n", "_n0", "_n_active", "_native", "_neg_bounds",
-        "_phi", "_pool", "_r", "_r_hi", "_r_lo", "_ret", "_sigma", "_streak", "_sum_r_active",
+        "_phi", "_pool", "_r", "_r_hi", "_r_lo", "_ret", "_scratch", "_sigma", "_streak", "_sum_r_active",
         "_sum_r_all", "_sum_sigma", "_tier", "_tier_counts", "_wring", "_wslot", "_wsum",
         "applied", "calibrations", "clock", "filtered", "ids", "last_delta_attacker",
         "last_delta_victim", "late_applied", "names", "next_recalibration", "next_sweep", "offset",
@@ -190,6 +207,8 @@ class Engine:
         self._sum_r_active = 0.0
         self._n_active = 0
         self._sum_sigma = 0.0
+        # plan_recalibration's buffer for the active ratings, kept between recalibrations.
+        self._scratch: npt.NDArray[np.float64] | None = None
         self._expiry: list[tuple[float, int]] = []  # one heap entry per active player
         # Tiers: _bounds[k] is B_k in internal units; B_0 = +inf and B_15 = -inf are sentinels.
         b = initial_boundaries(p)
@@ -869,7 +888,7 @@ class Engine:
         """Population sums recomputed exactly from the columns."""
         r = np.frombuffer(self._r, dtype=np.float64)
         mask = np.frombuffer(self._active, dtype=np.uint8).astype(bool)
-        self._sum_r_all = math.fsum(r.tolist()) if len(r) < 4096 else float(np.sum(r))
+        self._sum_r_all = math.fsum(r.tolist()) if len(r) < _FSUM_BELOW else float(np.sum(r))
         self._sum_r_active = float(np.sum(r[mask])) if self._n_active else 0.0
         self._sum_sigma = float(np.sum(np.frombuffer(self._sigma, dtype=np.float64)))
 
@@ -882,7 +901,74 @@ class Engine:
         return Engine.from_state(self.export_state(), self.params, native=self.native)
 
     def plan_recalibration(self, now: float) -> RecalibrationPlan:
-        """Step 2 (reads only, numpy; safe in a worker thread while others only read)."""
+        """Step 2 (reads only, numpy; safe in a worker thread while others only read).
+
+        The same numbers, bit for bit, as ``plan_recalibration_reference`` (the plain numpy
+        version, and the path for the rare cases below), without temporaries the size of the
+        population: each of those is fresh memory whose page faults cost more than the arithmetic
+        (the daemon pins glibc's mmap threshold, alloc.py), 2.9 ms against 0.3 ms at 100k
+        players, and in the daemon the loop waits for the GIL while this runs
+        (docs/performance.md, "Query latency"). The active ratings go to a buffer kept between
+        calls; the §6.3 quantiles select order statistics in it in place.
+        """
+        p = self.params
+        r = np.frombuffer(self._r, dtype=np.float64)
+        mask = np.frombuffer(self._active, dtype=np.bool_)  # the column holds only 0 and 1
+        k = int(np.count_nonzero(mask))
+        # Few players (fsum), nobody active (the quantiles would be over everyone) or counts out
+        # of step: the plain version.
+        if len(r) < _FSUM_BELOW or k == 0 or k != self._n_active:
+            return self.plan_recalibration_reference(now)
+        active = self._active_buffer(k)
+        np.compress(mask, r, out=active)
+        offset, r_lo, r_hi = self.offset, self._r_lo, self._r_hi
+        if p.anchor:
+            offset = p.mu0 - float(np.mean(active))
+            r_lo = p.mu_min - offset
+            r_hi = p.mu_max - offset
+            # Anyone beyond the shifted bounds would be clamped first: the plain version, which
+            # sums the clamped ratings. Otherwise clamping changes nothing and r is summed as is.
+            if not (float(r.min()) >= r_lo and float(r.max()) <= r_hi):
+                return self.plan_recalibration_reference(now)
+        bounds: list[float] | None = None
+        sum_r_active = float(np.sum(active))  # before the selection below reorders the buffer
+        if k >= p.p_min:
+            index = _inverted_cdf_index(k, self._tier_levels())
+            active.partition(index)
+            bounds = self._smoothed_bounds(active[index].tolist())
+        return RecalibrationPlan(
+            now=now,
+            offset=offset,
+            r_lo=r_lo,
+            r_hi=r_hi,
+            sum_r_all=float(np.sum(r)),
+            sum_r_active=sum_r_active,
+            sum_sigma=float(np.sum(np.frombuffer(self._sigma, dtype=np.float64))),
+            bounds=bounds,
+        )
+
+    def _active_buffer(self, k: int) -> npt.NDArray[np.float64]:
+        """A view of ``k`` doubles of the kept buffer, grown by a quarter when too small."""
+        buf = self._scratch
+        if buf is None or len(buf) < k:
+            buf = self._scratch = np.empty(k + k // 4 + 1024, dtype=np.float64)
+        return buf[:k]
+
+    def _smoothed_bounds(self, target: list[float]) -> list[float]:
+        """§6.3 EMA smoothing of new boundaries B_1..B_14 toward ``target``. The first
+        calibration replaces the prior boundaries outright (docs/adr.md)."""
+        beta = 1.0 if self.calibrations == 0 else self.params.beta
+        old = self._bounds[1:TIER_COUNT]
+        return [(1.0 - beta) * o + beta * g for o, g in zip(old, target, strict=True)]
+
+    def _tier_levels(self) -> npt.NDArray[np.float64]:
+        """§6.3: the quantile levels 1 - q_k of the 14 tier boundaries."""
+        q = np.cumsum(np.asarray(self.params.tier_proportions, dtype=np.float64))[: TIER_COUNT - 1]
+        return np.clip(1.0 - q, 0.0, 1.0)
+
+    def plan_recalibration_reference(self, now: float) -> RecalibrationPlan:
+        """``plan_recalibration`` in plain numpy: the reference it is tested against, and its path
+        for few players, nobody active, or ratings the new bounds clamp."""
         p = self.params
         r = np.frombuffer(self._r, dtype=np.float64)
         sigma = np.frombuffer(self._sigma, dtype=np.float64)
@@ -898,20 +984,17 @@ class Engine:
         active_r = r[mask] if has_active else r
         bounds: list[float] | None = None
         if len(active_r) >= p.p_min:
-            # §6.3: B_k = F^-1(1 - q_k) over the active population, then EMA smoothing. The first
-            # calibration replaces the prior boundaries outright (docs/adr.md).
-            q = np.cumsum(np.asarray(p.tier_proportions, dtype=np.float64))[: TIER_COUNT - 1]
-            target = np.quantile(active_r, np.clip(1.0 - q, 0.0, 1.0), method="inverted_cdf").tolist()
-            beta = 1.0 if self.calibrations == 0 else p.beta
-            old = self._bounds[1:TIER_COUNT]
-            bounds = [(1.0 - beta) * o + beta * g for o, g in zip(old, target, strict=True)]
+            # §6.3: B_k = F^-1(1 - q_k) over the active population, then EMA smoothing.
+            bounds = self._smoothed_bounds(
+                np.quantile(active_r, self._tier_levels(), method="inverted_cdf").tolist()
+            )
         # Exact sums, so incremental rounding never accumulates between recalibrations.
         return RecalibrationPlan(
             now=now,
             offset=offset,
             r_lo=r_lo,
             r_hi=r_hi,
-            sum_r_all=math.fsum(r.tolist()) if len(r) < 4096 else float(np.sum(r)),
+            sum_r_all=math.fsum(r.tolist()) if len(r) < _FSUM_BELOW else float(np.sum(r)),
             sum_r_active=float(np.sum(r[mask])) if has_active else 0.0,
             sum_sigma=float(np.sum(sigma)),
             bounds=bounds,

@@ -65,6 +65,7 @@ class DaemonSettings:
     state_dir: str = "var/arenad"
     queue_size: int = 1024  # batches waiting for the engine task
     checkpoint_interval: float = 60.0  # seconds between checkpoints (and at shutdown)
+    commit_interval: float = 0.005  # group commit: an engine step starts at most this often
     checkpoints_kept: int = 2  # the newest and a fallback
     max_clock_skew: float = 300.0  # an event further in the future than this is future_time
     max_event_age: float = 7 * 86400.0  # an event older than this (wall clock) is too_old
@@ -79,6 +80,7 @@ class DaemonSettings:
         _need_str(out, "daemon", self, "state_dir", allow_empty=False)
         _need_num(out, "daemon", self, "queue_size", lo=1, integer=True)
         _need_num(out, "daemon", self, "checkpoint_interval", lo=0.1)
+        _need_num(out, "daemon", self, "commit_interval", lo=0, hi=1.0)
         _need_num(out, "daemon", self, "checkpoints_kept", lo=1, integer=True)
         _need_num(out, "daemon", self, "max_clock_skew", lo=0)
         _need_num(out, "daemon", self, "max_event_age", lo=1)
