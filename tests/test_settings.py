@@ -50,7 +50,7 @@ class TestDaemonSections:
             "udp": {"listen": "nowhere", "allow": ["300.1.1.1/8"], "max_datagram": 5},
             "mqtt": {"url": "http://x", "qos": 2, "payload": "xml", "reconnect_min": -1},
             "query": {"max_line": 1, "nope": 1},
-            "daemon": {"queue_size": 0, "checkpoint_interval": "soon"},
+            "daemon": {"queue_size": 0, "checkpoint_interval": "soon", "commit_interval": 2.5},
             "log": {"format": "xml", "level": "loud"},
             "metrics": {"listen": "1.2.3.4:99999"},
             "extra": {},
@@ -61,7 +61,7 @@ class TestDaemonSections:
         assert keys >= {
             "udp.listen", "udp.allow", "udp.max_datagram", "mqtt.url", "mqtt.qos", "mqtt.payload",
             "mqtt.reconnect_min", "query.max_line", "query.nope", "daemon.queue_size",
-            "daemon.checkpoint_interval", "log.format", "log.level", "metrics.listen", "extra",
+            "daemon.checkpoint_interval", "daemon.commit_interval", "log.format", "log.level", "metrics.listen", "extra",
         }  # fmt: skip
 
     def test_off_disables_sources(self) -> None:

@@ -51,6 +51,7 @@ QUERY_BUCKETS = (
     1.0,
 )
 # A checkpoint writes every player: milliseconds for a small ladder, tens of seconds for millions.
+STEP_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2000, 4096)
 CHECKPOINT_BUCKETS = (1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -371,6 +372,14 @@ class Metrics:
             "Time to predict and rate one kill, by model (the primary: its apply alone); a sample.",
             labelnames=["model"],
             buckets=UPDATE_BUCKETS,
+            registry=self.registry,
+        )
+        self.step_events = Histogram(
+            "arenad_engine_step_events",
+            "Events (rejects included) one engine step took from the queue: one journal write and "
+            "one fsync for all of them (group commit, [daemon] commit_interval, makes these larger "
+            "under load).",
+            buckets=STEP_BUCKETS,
             registry=self.registry,
         )
         self.recompute_seconds = Histogram(

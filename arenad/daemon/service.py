@@ -724,6 +724,7 @@ class Daemon:
         slice_events = 2 * SLICE
         seq = self.seq
         work = 0
+        taken = 0  # events decoded in this step, rejects included (arenad_engine_step_events)
         # UDP datagrams decoded here straight into rows (no batch.items kept): if the step cannot
         # be journaled, their payloads go back so an abandoned batch still counts its events.
         consumed: list[tuple[Batch, bytes]] = []
@@ -746,6 +747,7 @@ class Daemon:
                 continue
             source = batch.source
             self.received[source] += n
+            taken += n
             for k in range(0, n, slice_events):
                 part = items if n <= slice_events else items[k : k + slice_events]
                 seq = check_rows(part, batch.server, now, seq, records=records, rejects=rejects)
@@ -757,6 +759,7 @@ class Daemon:
                 if work >= slice_events:
                     work = 0
                     await asyncio.sleep(0)  # let queries and sources run between slices
+        self.metrics.step_events.observe(taken)
         mark = self.journal.size
         if not await self._commit(records, batches, mark):
             # Not journaled: nothing applied, nothing acknowledged. The engine loop retries this
