@@ -61,7 +61,8 @@ class TestDaemonSections:
         assert keys >= {
             "udp.listen", "udp.allow", "udp.max_datagram", "mqtt.url", "mqtt.qos", "mqtt.payload",
             "mqtt.reconnect_min", "query.max_line", "query.nope", "daemon.queue_size",
-            "daemon.checkpoint_interval", "daemon.commit_interval", "log.format", "log.level", "metrics.listen", "extra",
+            "daemon.checkpoint_interval", "daemon.commit_interval", "log.format", "log.level",
+            "metrics.listen", "extra",
         }  # fmt: skip
 
     def test_off_disables_sources(self) -> None:

@@ -31,6 +31,7 @@ HISTOGRAMS = (
     "arenad_checkpoint_seconds",
     "arenad_model_update_seconds",
     "arenad_recompute_seconds",
+    "arenad_engine_step_events",
 )
 MODEL_SERIES = (
     "arenad_model_log_loss",
