@@ -70,7 +70,7 @@ typedef struct {
     /* ADRParams, derived as in Engine.__init__ (`_k`), plus the two the prelude needs. */
     double t_return_s, tau_s, drift_s, smax, smin, theta, lam, speak, speak2, eta_min, span;
     double rho_s, rho_v_w, gamma_phi, c_loss, dmax, inv_g2, lp, keep_phi;
-    double late_tolerance, t_cooldown;
+    double late_tolerance, t_cooldown, sigma_place, h_req;
     int64_t returning_events, wlen, s_max, n_act, n_min;
     int corrected, pool_losses, decay_on;
 } KernelObject;
@@ -492,22 +492,40 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     aring[b * n_act + nb % n_act] = t;
     if (!active_a && na + 1 >= n_act && activate(self, a, na + 1, t, ra_new) < 0) return NULL;
     if (!active_b && nb + 1 >= n_act && activate(self, b, nb + 1, t, rb_new) < 0) return NULL;
-    /* §6.1 placement and §6.4 accumulators: the common case (a placed player still inside its
-     * tier with empty accumulators) inline, the rest in Engine._tiers_after_event. */
+    /* §6.1 placement and §6.4 accumulators as Engine._tiers_after_event does them, inline
+     * (same comparisons, same arithmetic): a placed player inside its tier band, or one whose
+     * accumulator grows without reaching h_req, and an unplaced player that cannot place yet
+     * (too few events, or sigma above sigma_place). Only a placement or a tier move (which
+     * update the tier counts) calls back into Engine._tiers_after_event. */
     double r_new[2] = {ra_new, rb_new}, s_new[2] = {sa_new, sb_new};
     for (int side = 0; side < 2; side++) {
         Py_ssize_t i = players[side];
         int k = (unsigned char)PyByteArray_AS_STRING(tier_obj)[i];
+        double r = r_new[side];
         if (k) {
             double lower = PyFloat_AsDouble(PyList_GET_ITEM(bounds, k));
             double upper = PyFloat_AsDouble(PyList_GET_ITEM(bounds, k - 1));
             if (PyErr_Occurred()) return NULL;
-            if (lower <= r_new[side] && r_new[side] < upper) {
-                double *acc = dcol(col[C_H]);
+            double *acc = dcol(col[C_H]);
+            if (lower <= r && r < upper) {
                 if (acc[i] != 0.0) acc[i] = 0.0;
                 continue;
             }
-        } else if (counts[side] + 1 < self->n_min) {
+            double h = acc[i];
+            if (r >= upper) {
+                h = (h > 0.0 ? h : 0.0) + (r - upper);
+                if (!(h >= self->h_req)) {
+                    acc[i] = h;
+                    continue;
+                }
+            } else if (r < lower) {
+                h = (h < 0.0 ? -h : 0.0) + (lower - r);
+                if (!(h >= self->h_req)) {
+                    acc[i] = -h;
+                    continue;
+                }
+            }
+        } else if (counts[side] + 1 < self->n_min || !(s_new[side] <= self->sigma_place)) {
             continue;
         }
         PyObject *res = callback(self, s_tiers, i, 2, r_new[side], s_new[side], 0.0);
@@ -594,12 +612,20 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     }
     Py_DECREF(k);
     PyObject *lt = PyObject_GetAttrString(params, "late_tolerance");
-    PyObject *tc = PyObject_GetAttrString(params, "t_cooldown");
+    PyObject *tc = lt ? PyObject_GetAttrString(params, "t_cooldown") : NULL;
+    PyObject *sp = tc ? PyObject_GetAttrString(params, "sigma_place") : NULL;
+    PyObject *hr = sp ? PyObject_GetAttrString(params, "h_req") : NULL;
     Py_DECREF(params);
-    if (lt) self->late_tolerance = PyFloat_AsDouble(lt);
-    if (tc) self->t_cooldown = PyFloat_AsDouble(tc);
+    if (hr) {
+        self->late_tolerance = PyFloat_AsDouble(lt);
+        self->t_cooldown = PyFloat_AsDouble(tc);
+        self->sigma_place = PyFloat_AsDouble(sp);
+        self->h_req = PyFloat_AsDouble(hr);
+    }
     Py_XDECREF(lt);
     Py_XDECREF(tc);
+    Py_XDECREF(sp);
+    Py_XDECREF(hr);
     if (PyErr_Occurred() || self->wlen < 1 || self->n_act < 1) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "window_len and n_active must be >= 1");
         return -1;
