@@ -6,6 +6,7 @@ Steps are read from arenad_engine_step_events (its _count is steps, its _sum eve
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,10 @@ from daemon_harness import DaemonProcess
 
 def kill(k: int) -> dict[str, Any]:
     return {"t": time.time() - 60 + k * 0.01, "attacker": f"a{k}", "victim": f"v{k}"}
+
+
+def applied(n: int) -> Callable[[dict[str, Any]], bool]:
+    return lambda s: bool(s["applied"] == n)
 
 
 def steps(d: DaemonProcess) -> tuple[float, float]:
@@ -61,7 +66,7 @@ def test_without_a_window_each_lone_datagram_is_a_step(tmp_path: Path) -> None:
     try:
         for k in range(6):
             d.send_events([kill(k)])
-            d.wait_for(lambda s, k=k: s["applied"] == k + 1)  # applied before the next is sent
+            d.wait_for(applied(k + 1))  # applied before the next is sent
         assert steps(d) == (6.0, 6.0)
     finally:
         d.stop()
