@@ -906,10 +906,10 @@ class Engine:
         The same numbers, bit for bit, as ``plan_recalibration_reference`` (the plain numpy
         version, and the path for the rare cases below), without temporaries the size of the
         population: each of those is fresh memory whose page faults cost more than the arithmetic
-        (the daemon pins glibc's mmap threshold, alloc.py), 2.9 ms against 0.3 ms at 100k
+        (the daemon pins glibc's mmap threshold, alloc.py), 2.9 ms against 0.9-1.0 ms at 100k
         players, and in the daemon the loop waits for the GIL while this runs
-        (docs/performance.md, "Query latency"). The active ratings go to a buffer kept between
-        calls; the §6.3 quantiles select order statistics in it in place.
+        (docs/performance.md, "Query latency under ingest"). The active ratings go to a buffer
+        kept between calls; the §6.3 quantiles select order statistics in it in place.
         """
         p = self.params
         r = np.frombuffer(self._r, dtype=np.float64)

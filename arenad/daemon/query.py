@@ -607,7 +607,8 @@ class _QueryConnection(asyncio.Protocol):
     Why a protocol and not a stream reader: a request that arrives while the engine task runs a
     slice is answered as soon as that slice yields, in the same turn of the loop that reads it.
     With a ``StreamReader`` the read only wakes a task, which runs after the engine's *next*
-    slice, so every request waited for about two slices (docs/performance.md, "Query latency").
+    slice, so every request waited for about two slices (docs/performance.md, "Query latency
+    under ingest").
     There is no per-request timer either: one timer per connection checks the idle timeout
     lazily against the time of the last progress.
     """

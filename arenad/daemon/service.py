@@ -780,7 +780,7 @@ class Daemon:
             try:
                 if self.journal.size != mark:
                     self.journal.rewind(mark)  # a cut that failed last time
-                # Chunks of 512 records: ~0.15 ms of encoding each, one write and one yield.
+                # Chunks of 128 records: well under 0.1 ms of encoding each, one write and one yield.
                 chunk = 4 * SLICE
                 for k in range(0, len(records), chunk):
                     self.journal.append(records[k : k + chunk] if len(records) > chunk else records)
@@ -1151,9 +1151,9 @@ class Daemon:
                     continue
             # Group commit: a step starts at most every commit_interval, so under load one journal
             # write, one fsync and one engine step cover all that arrived meanwhile, instead of
-            # one per datagram (at 50k events/s in datagrams of 50, that per-step work was about
-            # half the daemon's CPU; docs/performance.md, "Query latency"). After a quiet spell
-            # the first event is taken at once.
+            # one per datagram (at 50k events/s in datagrams of 50, that per-step work took about
+            # a fifth of the daemon's CPU; docs/performance.md, "Query latency under ingest").
+            # After a quiet spell the first event is taken at once.
             due = self._step_started + commit_interval
             now = time.monotonic()
             if now < due and not self.stop.is_set():
