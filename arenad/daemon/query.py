@@ -623,7 +623,6 @@ class _QueryConnection(asyncio.Protocol):
         "_lines",
         "_loop",
         "_pending",
-        "_reading",
         "_refusing",
         "_scheduled",
         "_timeout",
@@ -649,7 +648,6 @@ class _QueryConnection(asyncio.Protocol):
         self._refusing = False  # over the connection limit: one answer, then closed
         self._eof = False
         self._write_paused = False
-        self._reading = True
         self._scheduled = False  # a _work call is queued (pipelined lines past one slice)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -669,7 +667,7 @@ class _QueryConnection(asyncio.Protocol):
             transport.write(error_line(f"too many connections (limit {limit})"))
             if transport.can_write_eof():
                 transport.write_eof()
-            self._timer = self._loop.call_later(_REFUSE_TIMEOUT, self._close)
+            self._timer = self._loop.call_later(_REFUSE_TIMEOUT, self.close)
             return
         conns.active += 1
         self._handler.connections = conns.active
@@ -762,20 +760,19 @@ class _QueryConnection(asyncio.Protocol):
                 transport.write(reply)
         except Exception as e:  # a bug here ends this connection only, and is logged once
             handler.internal_error("connection", e)
-            self._close()
+            self.close()
             return
         if pending:
             return  # the client is not reading: resume_writing continues
         if self._eof:
-            self._close()  # end of input, and the last reply is handed to the transport
-        elif not self._reading and not self._write_paused:
-            self._reading = True
+            self.close()  # end of input, and the last reply is handed to the transport
+        elif not self._write_paused and not transport.is_reading():
             transport.resume_reading()
 
     def _pause_reading(self) -> None:
-        if self._reading and self._transport is not None and not self._transport.is_closing():
-            self._reading = False
-            self._transport.pause_reading()
+        transport = self._transport
+        if transport is not None and not transport.is_closing() and transport.is_reading():
+            transport.pause_reading()
 
     def _check_idle(self) -> None:
         """The idle timer: re-armed at the last progress plus idle_timeout, or closes."""
@@ -790,9 +787,9 @@ class _QueryConnection(asyncio.Protocol):
         if self._write_paused:
             transport.abort()  # has taken none of our replies for idle_timeout
         else:
-            self._close()  # idle for idle_timeout
+            self.close()  # idle for idle_timeout
 
-    def _close(self) -> None:
+    def close(self) -> None:
         """Close after the buffered replies are flushed; abort after _CLOSE_TIMEOUT (a peer that
         never reads would hold the flush forever)."""
         transport = self._transport
@@ -872,7 +869,7 @@ async def close_servers(servers: Iterable[asyncio.Server]) -> None:
         if s is not None:
             conns |= s.connections.open
     for conn in conns:
-        conn._close()
+        conn.close()
     if conns:
         # Each closes once its buffered replies are flushed, or is aborted after _CLOSE_TIMEOUT.
         await asyncio.gather(*(c.closed() for c in conns))
