@@ -97,7 +97,7 @@ class ReferenceADR:
     """The whole ADR state, updated one kill at a time, recomputing everything from scratch."""
 
     def __init__(self, params: ADRParams | None = None) -> None:
-        self.params = params if params is not None else ADRParams()
+        self.params = params if params is not None else ADRParams.paper()
         self.players: dict[str, RefPlayer] = {}
         # B_1..B_14 on the visible scale; B_0 = +inf and B_15 = -inf are implied (§6.3).
         self.boundaries: list[float] = list(initial_boundaries(self.params))

@@ -33,30 +33,36 @@ typedef struct {
     Py_ssize_t ob_exports;
 } ArrayObject;
 
-enum { C_R, C_SIGMA, C_STREAK, C_PHI, C_POOL, C_N, C_LAST, C_WSUM, C_RET, C_H, C_WSLOT, C_WRING, C_ARING, NCOLS };
-static const char *const col_attr[NCOLS] = {"_r", "_sigma", "_streak", "_phi",   "_pool",  "_n",    "_last",
-                                            "_wsum", "_ret", "_h",     "_wslot", "_wring", "_aring"};
-static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l', 'd', 'I', 'd', 'd'};
+enum { C_R, C_SIGMA, C_STREAK, C_PHI, C_POOL, C_N, C_LAST, C_WSUM, C_RET, C_H, C_WSLOT, C_WRING, C_ARING, C_DISP, NCOLS };
+static const char *const col_attr[NCOLS] = {"_r",   "_sigma", "_streak", "_phi",   "_pool",  "_n",    "_last",
+                                            "_wsum", "_ret",   "_h",      "_wslot", "_wring", "_aring", "_disp"};
+static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l', 'd', 'I', 'd', 'd', 'd'};
+#define DISPLAY_K 3.0 /* engine.DISPLAY_K */
 
 enum {
     K_CLOCK, K_LATE, K_FILTERED, K_NACTIVE, K_SUM_ACTIVE, K_SUM_ALL, K_SUM_SIGMA, K_RLO, K_RHI,
     K_DELTA_A, K_DELTA_B, K_APPLIED, K_NAMES, K_IDS, K_COOLDOWN, K_LOG, K_EXPIRY, K_ACTIVE,
-    K_LADDER, K_TIER, K_BOUNDS, NKEYS
+    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, NKEYS
 };
 static const char *const key_names[NKEYS] = {
     "clock", "late_applied", "filtered", "_n_active", "_sum_r_active", "_sum_r_all", "_sum_sigma",
     "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied", "names", "ids",
-    "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds"};
+    "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_qring", "_qn"};
 
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
 static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_activate, *s_tiers, *s_window;
-static PyObject *s_next_recal;
+static PyObject *s_next_recal, *s_repeat, *s_add;
 static PyTypeObject *array_type;
 static PyObject *fsum_fn;
 
 #define TIER_COUNT 15
 #define ID_BITS 32
+#define NK 34 /* len(Engine._k) */
+#define INV_PI (1.0 / 3.141592653589793)
+#define K4PI (4.0 / 3.141592653589793) /* engine._K4PI */
+#define CAL_MIN 0.125
+#define CAL_MAX 8.0
 
 typedef struct {
     PyObject_HEAD
@@ -71,8 +77,9 @@ typedef struct {
     double t_return_s, tau_s, drift_s, smax, smin, theta, lam, speak, speak2, eta_min, span;
     double rho_s, rho_v_w, gamma_phi, c_loss, dmax, inv_g2, lp, keep_phi;
     double late_tolerance, t_cooldown, sigma_place, h_req;
-    int64_t returning_events, wlen, s_max, n_act, n_min;
-    int corrected, pool_losses, decay_on;
+    double cal_keep, grace_s, repeat_w;
+    int64_t returning_events, wlen, s_max, n_act, n_min, max_players;
+    int corrected, pool_losses, decay_on, logistic, cap_decay, sweep_sigma, display_cap;
 } KernelObject;
 
 static inline double *dcol(PyObject *o) { return (double *)((ArrayObject *)o)->ob_item; }
@@ -189,6 +196,58 @@ static int trim_cooldown(PyObject *cooldown, PyObject *log, double horizon) {
     return 0;
 }
 
+/* §3.1 P from z = (r_a - r_b) / D: engine.link_p. */
+static inline double link_p(const KernelObject *self, double z) {
+    if (self->logistic) {
+        double u = K4PI * z;
+        if (u < -700.0) u = -700.0;
+        return 1.0 / (1.0 + exp(-u));
+    }
+    return 0.5 + INV_PI * atan(z);
+}
+
+/* Engine._predicted: the calibrated prediction into the quality ring, one calibration step. */
+static int predicted(KernelObject *self, double z) {
+    double cal;
+    if (get_double(self, K_CAL, &cal) < 0) return -1;
+    PyObject *ring = ITEM(K_QRING);
+    PyObject *qn_obj = ITEM(K_QN);
+    if (!ring || !qn_obj) return -1;
+    if (Py_TYPE(ring) != array_type || *((ArrayObject *)ring)->ob_descr != 'd' || Py_SIZE(ring) < 1)
+        return PyErr_Format(PyExc_TypeError, "Engine._qring must be a non-empty array('d')"), -1;
+    long long qn = PyLong_AsLongLong(qn_obj);
+    if (qn == -1 && PyErr_Occurred()) return -1;
+    double cz = cal * z, p, q, dp;
+    if (self->logistic) {
+        double u = K4PI * cz;
+        if (u < -700.0) u = -700.0;
+        p = 1.0 / (1.0 + exp(-u));
+        q = p * (1.0 - p);
+        dp = q * K4PI * z;
+    } else {
+        p = 0.5 + INV_PI * atan(cz);
+        q = p * (1.0 - p);
+        dp = INV_PI * z / (1.0 + cz * cz);
+    }
+    double grad = 0.0, fisher = 0.0;
+    if (q > 0.0) {
+        grad = dp / p;
+        fisher = dp * dp / q;
+    }
+    dcol(ring)[qn % Py_SIZE(ring)] = p;
+    if (slot_set(self->engine, self->koff[K_QN], PyLong_FromLongLong(qn + 1)) < 0) return -1;
+    if (self->cal_keep != 0.0) { /* a Newton step with the remembered information */
+        double info;
+        if (get_double(self, K_CAL_INFO, &info) < 0) return -1;
+        info = info * self->cal_keep + fisher;
+        if (set_double(self, K_CAL_INFO, info) < 0) return -1;
+        double c = cal + grad / info;
+        c = c < CAL_MIN ? CAL_MIN : c > CAL_MAX ? CAL_MAX : c;
+        if (set_double(self, K_CAL, c) < 0) return -1;
+    }
+    return 0;
+}
+
 /* Kernel.apply(attacker, victim, t) -> Outcome.APPLIED | Outcome.FILTERED | None (Python path). */
 static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) return PyErr_Format(PyExc_TypeError, "apply(attacker, victim, t)");
@@ -203,23 +262,36 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     if (!ids) return NULL;
     if (!PyDict_CheckExact(ids)) return PyErr_Format(PyExc_TypeError, "Engine.ids must be a dict");
     PyObject *a_obj = PyDict_GetItemWithError(ids, attacker);
-    if (!a_obj) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE; /* a newcomer: step 1 and the player cap are Python's */
-    }
+    if (!a_obj && PyErr_Occurred()) return NULL;
     PyObject *b_obj = PyDict_GetItemWithError(ids, victim);
-    if (!b_obj) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
+    if (!b_obj && PyErr_Occurred()) return NULL;
+    double clock;
+    if (get_double(self, K_CLOCK, &clock) < 0) return NULL;
+    if (t < clock && t < clock - self->late_tolerance) Py_RETURN_NONE; /* out_of_order: Python counts it */
+    if (!a_obj || !b_obj) {
+        /* Step 1, newcomers, through Engine._add_player (attacker first, as Python): only when the
+         * player cap leaves room (a refusal is Python's to count), and only for an event that is
+         * otherwise valid (checked above), so nothing is added for an event that is refused. */
+        PyObject *names_now = ITEM(K_NAMES);
+        if (!names_now) return NULL;
+        if (!PyList_CheckExact(names_now)) return PyErr_Format(PyExc_TypeError, "Engine.names must be a list");
+        if (PyList_GET_SIZE(names_now) + (!a_obj) + (!b_obj) > self->max_players) Py_RETURN_NONE;
+        PyObject *who[2] = {attacker, victim};
+        PyObject **got[2] = {&a_obj, &b_obj};
+        for (int side = 0; side < 2; side++) {
+            if (*got[side]) continue;
+            PyObject *res = PyObject_CallMethodOneArg(self->engine, s_add, who[side]);
+            if (!res) return NULL;
+            Py_DECREF(res);
+            *got[side] = PyDict_GetItemWithError(ids, who[side]); /* borrowed: ids keeps it */
+            if (!*got[side]) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_KeyError, "player not added");
+        }
     }
     PyObject *players_obj[2] = {a_obj, b_obj};
     Py_ssize_t a = PyLong_AsSsize_t(a_obj);
     if (a == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t b = PyLong_AsSsize_t(b_obj);
     if (b == -1 && PyErr_Occurred()) return NULL;
-    double clock;
-    if (get_double(self, K_CLOCK, &clock) < 0) return NULL;
-    if (t < clock && t < clock - self->late_tolerance) Py_RETURN_NONE; /* out_of_order: Python counts it */
 
     /* Every column, checked before anything changes: an array of the expected type code that
      * holds both players. */
@@ -272,6 +344,26 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         if (lk == -1.0 && PyErr_Occurred()) goto fail_pair;
         if (t - lk < self->t_cooldown) {
             Py_DECREF(pair);
+            /* Engine._repeat: predicted and calibrated on; learnt in Python when repeat_weight > 0. */
+            if (self->repeat_w != 0.0) {
+                PyObject *rargs[4] = {PyLong_FromSsize_t(a), PyLong_FromSsize_t(b), PyFloat_FromDouble(t),
+                                      PyFloat_FromDouble(t - lk)};
+                PyObject *res = NULL;
+                if (rargs[0] && rargs[1] && rargs[2] && rargs[3]) res = call_method(self->engine, s_repeat, rargs, 4);
+                for (int q = 0; q < 4; q++) Py_XDECREF(rargs[q]);
+                if (!res) return NULL;
+                Py_DECREF(res);
+            } else {
+                PyObject *names_r = ITEM(K_NAMES);
+                if (!names_r) return NULL;
+                double ssum;
+                if (get_double(self, K_SUM_SIGMA, &ssum) < 0) return NULL;
+                PyObject *rcol = slot_at(self->engine, self->coff[C_R], col_keys[C_R]);
+                if (!rcol) return NULL;
+                const double *rr = dcol(rcol);
+                double z = (rr[a] - rr[b]) / (self->theta + self->lam * ssum / (double)PyList_GET_SIZE(names_r));
+                if (predicted(self, z) < 0) return NULL;
+            }
             if (increment(self, K_FILTERED) < 0) return NULL;
             Py_INCREF(self->filtered_obj);
             return self->filtered_obj;
@@ -306,11 +398,13 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     /* Step 2: returning players (§8.2/§8.3 for the next `returning_events` events), counted from
      * the newest slot of the activity ring. */
     int64_t ret_a = ret[a], ret_b = ret[b];
-    if (na && t - aring[a * n_act + (na - 1) % n_act] > self->t_return_s) {
+    double ev_a = na ? aring[a * n_act + (na - 1) % n_act] : la;
+    double ev_b = nb ? aring[b * n_act + (nb - 1) % n_act] : lb;
+    if (na && t - ev_a > self->t_return_s) {
         ret_a = self->returning_events;
         ret[a] = ret_a;
     }
-    if (nb && t - aring[b * n_act + (nb - 1) % n_act] > self->t_return_s) {
+    if (nb && t - ev_b > self->t_return_s) {
         ret_b = self->returning_events;
         ret[b] = ret_b;
     }
@@ -338,22 +432,29 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         get_double(self, K_SUM_SIGMA, &sum_sigma_old) < 0)
         return NULL;
     double mean = n_active ? sum_active / (double)n_active : sum_all / (double)n_players;
+    /* Decay from the last decay point or decay_grace after the last counted event, whichever is
+     * later; sigma drifts from the last decay point (sweep_sigma) or the last counted event. */
     if (self->decay_on && na && t > la) {
-        ra = mean + (ra - mean) * exp(-(t - la) / self->tau_s);
-        sa += self->drift_s * (t - la);
+        double start = ev_a + self->grace_s;
+        if (start < la) start = la;
+        if (t > start) ra = mean + (ra - mean) * exp(-(t - start) / self->tau_s);
+        sa += self->drift_s * (t - (self->sweep_sigma ? la : ev_a));
         if (sa > self->smax) sa = self->smax;
     }
     if (self->decay_on && nb && t > lb) {
-        rb = mean + (rb - mean) * exp(-(t - lb) / self->tau_s);
-        sb += self->drift_s * (t - lb);
+        double start = ev_b + self->grace_s;
+        if (start < lb) start = lb;
+        if (t > start) rb = mean + (rb - mean) * exp(-(t - start) / self->tau_s);
+        sb += self->drift_s * (t - (self->sweep_sigma ? lb : ev_b));
         if (sb > self->smax) sb = self->smax;
     }
 
     /* Step 4: §3.1 kill probability with §3.2 diffusion over all tracked players. */
     double sum_sigma = sum_sigma_old - sa_old - sb_old + sa + sb;
-    double p_ab =
-        0.5 + (1.0 / 3.141592653589793) * atan((ra - rb) / (self->theta + self->lam * sum_sigma / (double)n_players));
+    double z = (ra - rb) / (self->theta + self->lam * sum_sigma / (double)n_players);
+    double p_ab = link_p(self, z);
     double surprise = 1.0 - p_ab;
+    if (predicted(self, z) < 0) return NULL;
 
     /* Step 5: §4.1 learning rates with the §8.1 peak-shaped base. */
     double *wsum = dcol(col[C_WSUM]), *phi = dcol(col[C_PHI]), *pool = dcol(col[C_POOL]);
@@ -404,6 +505,12 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     da = ra_new - ra;
     db = rb_new - rb;
     if (set_double(self, K_DELTA_A, da) < 0 || set_double(self, K_DELTA_B, db) < 0) return NULL;
+    if (self->cap_decay) { /* §8.4 over the whole visible change, decay included */
+        if (ra_new > ra_old + dmax) ra_new = ra_old + dmax;
+        else if (ra_new < ra_old - dmax) ra_new = ra_old - dmax;
+        if (rb_new > rb_old + dmax) rb_new = rb_old + dmax;
+        else if (rb_new < rb_old - dmax) rb_new = rb_old - dmax;
+    }
 
     /* Step 7: §4.3 two-stage sigma from the final visible change. */
     double sa_new = 1.0 / sqrt(1.0 / (sa * sa + da * da) + self->inv_g2);
@@ -473,6 +580,20 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     r_arr[b] = rb_new;
     s_arr[a] = sa_new;
     s_arr[b] = sb_new;
+    {
+        double *disp = dcol(col[C_DISP]);
+        double rn[2] = {ra_new, rb_new}, sn[2] = {sa_new, sb_new};
+        for (int side = 0; side < 2; side++) {
+            Py_ssize_t i = players[side];
+            if (self->display_cap) { /* the display's step bounded by delta_max */
+                double d = disp[i];
+                double step = rn[side] - DISPLAY_K * sn[side] - d;
+                disp[i] = d + (step > dmax ? dmax : step < -dmax ? -dmax : step);
+            } else {
+                disp[i] = rn[side] - DISPLAY_K * sn[side];
+            }
+        }
+    }
     if (set_double(self, K_SUM_SIGMA, sum_sigma - sa - sb + sa_new + sb_new) < 0 ||
         set_double(self, K_SUM_ALL, sum_all + (ra_new - ra_old + rb_new - rb_old)) < 0)
         return NULL;
@@ -574,8 +695,8 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     }
     PyObject *k = PyObject_GetAttrString(engine, "_k");
     PyObject *params = k ? PyObject_GetAttrString(engine, "params") : NULL;
-    if (!k || !PyTuple_Check(k) || PyTuple_GET_SIZE(k) != 27 || !params) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Engine._k must be the 27 derived parameters");
+    if (!k || !PyTuple_Check(k) || PyTuple_GET_SIZE(k) != NK || !params) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Engine._k must be the 34 derived parameters");
         Py_XDECREF(params);
         Py_XDECREF(k);
         return -1;
@@ -583,18 +704,23 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     double *dst[] = {&self->t_return_s, NULL, &self->tau_s, &self->drift_s, &self->smax, &self->smin, &self->theta,
                      &self->lam, &self->speak, &self->speak2, &self->eta_min, &self->span, NULL, &self->rho_s,
                      NULL, &self->rho_v_w, &self->gamma_phi, &self->c_loss, NULL, NULL, &self->dmax, &self->inv_g2,
-                     &self->lp, &self->keep_phi, NULL, NULL, NULL};
-    int64_t *idst[27] = {NULL};
+                     &self->lp, &self->keep_phi, NULL, NULL, NULL, NULL, &self->cal_keep, &self->grace_s,
+                     NULL, NULL, &self->repeat_w, NULL};
+    int64_t *idst[NK] = {NULL};
     idst[1] = &self->returning_events;
     idst[12] = &self->wlen;
     idst[14] = &self->s_max;
     idst[24] = &self->n_act;
     idst[25] = &self->n_min;
-    int *bdst[27] = {NULL};
+    int *bdst[NK] = {NULL};
     bdst[18] = &self->corrected;
     bdst[19] = &self->pool_losses;
     bdst[26] = &self->decay_on;
-    for (int i = 0; i < 27; i++) {
+    bdst[27] = &self->logistic;
+    bdst[30] = &self->cap_decay;
+    bdst[31] = &self->sweep_sigma;
+    bdst[33] = &self->display_cap;
+    for (int i = 0; i < NK; i++) {
         PyObject *v = PyTuple_GET_ITEM(k, i);
         if (dst[i]) {
             *dst[i] = PyFloat_AsDouble(v);
@@ -615,7 +741,12 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     PyObject *tc = lt ? PyObject_GetAttrString(params, "t_cooldown") : NULL;
     PyObject *sp = tc ? PyObject_GetAttrString(params, "sigma_place") : NULL;
     PyObject *hr = sp ? PyObject_GetAttrString(params, "h_req") : NULL;
+    PyObject *mp = hr ? PyObject_GetAttrString(params, "max_players") : NULL;
     Py_DECREF(params);
+    if (mp) {
+        self->max_players = PyLong_AsLongLong(mp);
+        Py_DECREF(mp);
+    }
     if (hr) {
         self->late_tolerance = PyFloat_AsDouble(lt);
         self->t_cooldown = PyFloat_AsDouble(tc);
@@ -701,7 +832,174 @@ static PyObject *Kernel_run(KernelObject *self, PyObject *const *args, Py_ssize_
     return Py_BuildValue("(nnn)", k, applied, filtered);
 }
 
+/* The engine's next_recalibration as a double; -1 with an error. */
+static int next_recalibration(KernelObject *self, double *out) {
+    PyObject *nr = slot_at(self->engine, self->off_next_recal, s_next_recal);
+    if (!nr) return -1;
+    *out = PyFloat_AsDouble(nr);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Kernel.feed(attacker, victim, t): Engine.feed's common case (no recalibration due at t),
+ * or None for Python (a recalibration due, a time that is not a float, or whatever apply hands
+ * back). */
+static PyObject *Kernel_feed(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "feed(attacker, victim, t)");
+    if (!PyFloat_CheckExact(args[2])) Py_RETURN_NONE;
+    double next_recal;
+    if (next_recalibration(self, &next_recal) < 0) return NULL;
+    if (PyFloat_AS_DOUBLE(args[2]) >= next_recal) Py_RETURN_NONE;
+    return Kernel_apply(self, args, 3);
+}
+
+/* Kernel.feed_many(attackers, victims, times, start, stop) -> (next, applied, filtered): Engine.feed
+ * over three parallel lists from `start` while each event is the kernel's (Kernel.feed's rule);
+ * stops before `stop` and before the first event that needs Python. */
+static PyObject *Kernel_feed_many(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
+    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2]))
+        return PyErr_Format(PyExc_TypeError, "feed_many(attackers: list, victims: list, times: list, start, stop)");
+    PyObject *att = args[0], *vic = args[1], *times = args[2];
+    Py_ssize_t k = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[4]);
+    if ((k == -1 || stop == -1) && PyErr_Occurred()) return NULL;
+    double next_recal;
+    if (next_recalibration(self, &next_recal) < 0) return NULL;
+    Py_ssize_t applied = 0, filtered = 0;
+    if (k < 0) k = 0;
+    for (; k < stop && k < PyList_GET_SIZE(att) && k < PyList_GET_SIZE(vic) && k < PyList_GET_SIZE(times); k++) {
+        PyObject *t_obj = PyList_GET_ITEM(times, k);
+        if (!PyFloat_CheckExact(t_obj) || PyFloat_AS_DOUBLE(t_obj) >= next_recal) break;
+        PyObject *argv[3] = {PyList_GET_ITEM(att, k), PyList_GET_ITEM(vic, k), t_obj};
+        Py_INCREF(argv[0]);
+        Py_INCREF(argv[1]);
+        Py_INCREF(t_obj);
+        PyObject *out = Kernel_apply(self, argv, 3);
+        Py_DECREF(argv[0]);
+        Py_DECREF(argv[1]);
+        Py_DECREF(t_obj);
+        if (!out) return NULL;
+        int stop_here = out == Py_None;
+        if (out == self->applied_obj) applied++;
+        else if (out == self->filtered_obj) filtered++;
+        Py_DECREF(out);
+        if (stop_here) break;
+    }
+    return Py_BuildValue("(nnn)", k, applied, filtered);
+}
+
+/* ADRModel.predict(a, b): Engine.predict for two tracked players (the same expressions:
+ * D = theta + lambda * (sum_sigma / n), then the calibrated link), 0.5 otherwise. */
+static int predict_names(KernelObject *self, PyObject *ids, PyObject *a_name, PyObject *b_name, double *out) {
+    PyObject *ia = PyDict_GetItemWithError(ids, a_name);
+    if (!ia && PyErr_Occurred()) return -1;
+    PyObject *ib = ia ? PyDict_GetItemWithError(ids, b_name) : NULL;
+    if (!ib && PyErr_Occurred()) return -1;
+    if (!ia || !ib) {
+        *out = 0.5;
+        return 0;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(ia), j = PyLong_AsSsize_t(ib);
+    if ((i == -1 || j == -1) && PyErr_Occurred()) return -1;
+    PyObject *names = ITEM(K_NAMES);
+    PyObject *rcol = slot_at(self->engine, self->coff[C_R], col_keys[C_R]);
+    if (!names || !rcol) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(names);
+    if (i < 0 || j < 0 || i >= Py_SIZE(rcol) || j >= Py_SIZE(rcol) || n <= 0)
+        return PyErr_Format(PyExc_IndexError, "player id beyond Engine._r"), -1;
+    double ssum, cal;
+    if (get_double(self, K_SUM_SIGMA, &ssum) < 0 || get_double(self, K_CAL, &cal) < 0) return -1;
+    const double *r = dcol(rcol);
+    double d = self->theta + self->lam * (ssum / (double)n);
+    *out = link_p(self, cal * ((r[i] - r[j]) / d));
+    return 0;
+}
+
+/* Kernel.score_many(attackers, victims, times, learn, out, start, stop) -> (next, pending): the
+ * walk-forward harness for one ADR model (arenad.evaluation.walkforward with ADRModel): event k's
+ * prediction goes to out[k], then it is learnt through Engine.feed's common case when learn[k].
+ * Stops before an event to learn with a recalibration due or a time that is not a float
+ * (pending 0: nothing done for it), or after predicting one that apply hands back (pending 1:
+ * Python feeds it). */
+static PyObject *Kernel_score_many(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
+    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2]))
+        return PyErr_Format(PyExc_TypeError, "score_many(attackers, victims, times, learn, out, start, stop)");
+    PyObject *att = args[0], *vic = args[1], *times = args[2];
+    Py_buffer learn, out;
+    if (PyObject_GetBuffer(args[3], &learn, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[4], &out, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&learn);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t k = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t n_out = out.len / (Py_ssize_t)sizeof(double);
+    int pending = 0;
+    if ((k == -1 || stop == -1) && PyErr_Occurred()) goto done;
+    if (!out.format || out.format[0] != 'd' || out.itemsize != sizeof(double)) {
+        PyErr_SetString(PyExc_TypeError, "score_many: out must be a buffer of doubles");
+        goto done;
+    }
+    double next_recal;
+    if (next_recalibration(self, &next_recal) < 0) goto done;
+    PyObject *ids = ITEM(K_IDS);
+    if (!ids) goto done;
+    if (!PyDict_CheckExact(ids)) {
+        PyErr_SetString(PyExc_TypeError, "Engine.ids must be a dict");
+        goto done;
+    }
+    const unsigned char *lrn = (const unsigned char *)learn.buf;
+    double *dst = (double *)out.buf;
+    if (k < 0) k = 0;
+    Py_ssize_t end = stop;
+    if (end > PyList_GET_SIZE(att)) end = PyList_GET_SIZE(att);
+    if (end > PyList_GET_SIZE(vic)) end = PyList_GET_SIZE(vic);
+    if (end > PyList_GET_SIZE(times)) end = PyList_GET_SIZE(times);
+    if (end > learn.len) end = learn.len;
+    if (end > n_out) end = n_out;
+    for (; k < end; k++) {
+        PyObject *t_obj = PyList_GET_ITEM(times, k);
+        if (!PyFloat_CheckExact(t_obj) || (lrn[k] && PyFloat_AS_DOUBLE(t_obj) >= next_recal)) break;
+        PyObject *argv[3] = {PyList_GET_ITEM(att, k), PyList_GET_ITEM(vic, k), t_obj};
+        if (predict_names(self, ids, argv[0], argv[1], &dst[k]) < 0) goto done;
+        if (!lrn[k]) continue;
+        Py_INCREF(argv[0]);
+        Py_INCREF(argv[1]);
+        Py_INCREF(t_obj);
+        PyObject *o = Kernel_apply(self, argv, 3);
+        Py_DECREF(argv[0]);
+        Py_DECREF(argv[1]);
+        Py_DECREF(t_obj);
+        if (!o) goto done;
+        int back = o == Py_None;
+        Py_DECREF(o);
+        if (back) {
+            pending = 1;
+            break;
+        }
+        ids = ITEM(K_IDS); /* the same dict, unless a callback replaced it */
+        if (!ids || !PyDict_CheckExact(ids)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Engine.ids must be a dict");
+            goto done;
+        }
+    }
+    result = Py_BuildValue("(ni)", k, pending);
+done:
+    PyBuffer_Release(&learn);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef Kernel_methods[] = {
+    {"feed", (PyCFunction)(void (*)(void))Kernel_feed, METH_FASTCALL,
+     "feed(attacker, victim, t): Engine.feed's common case, or None when Python must take it."},
+    {"feed_many", (PyCFunction)(void (*)(void))Kernel_feed_many, METH_FASTCALL,
+     "feed_many(attackers, victims, times, start, stop) -> (next, applied, filtered)."},
+    {"score_many", (PyCFunction)(void (*)(void))Kernel_score_many, METH_FASTCALL,
+     "score_many(attackers, victims, times, learn, out, start, stop) -> (next, pending)."},
     {"apply", (PyCFunction)(void (*)(void))Kernel_call_apply, METH_FASTCALL,
      "apply(attacker, victim, t): APPLIED or FILTERED, or None when the event needs Engine's Python path."},
     {"run", (PyCFunction)(void (*)(void))Kernel_run, METH_FASTCALL,
@@ -755,7 +1053,9 @@ int kernel_register(PyObject *module) {
         !(s_activate = PyUnicode_InternFromString("_activate")) ||
         !(s_tiers = PyUnicode_InternFromString("_tiers_after_event")) ||
         !(s_window = PyUnicode_InternFromString("_new_window")) ||
-        !(s_next_recal = PyUnicode_InternFromString("next_recalibration")))
+        !(s_next_recal = PyUnicode_InternFromString("next_recalibration")) ||
+        !(s_repeat = PyUnicode_InternFromString("_repeat")) ||
+        !(s_add = PyUnicode_InternFromString("_add_player")))
         return -1;
     PyObject *array_mod = PyImport_ImportModule("array");
     if (!array_mod) return -1;

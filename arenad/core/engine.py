@@ -28,9 +28,11 @@ import sys
 from array import array
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import lru_cache
+from itertools import compress
 from math import atan, exp, fsum, isfinite, sqrt
 from statistics import NormalDist
 from typing import Any
@@ -58,6 +60,58 @@ _ID_BITS = PLAYER_ID_LIMIT.bit_length() - 1
 
 _INF = math.inf
 _INV_PI = 1.0 / math.pi
+#: The logistic link's slope factor: 1/(1 + e^(-4x/(pi D))) has the arctan's slope 1/(pi D) at 0.
+_K4PI = 4.0 / math.pi
+#: The online calibration multiplier stays in [1/8, 8] (ADRParams.calibration_memory).
+CAL_MIN = 0.125
+CAL_MAX = 8.0
+#: Fisher information the calibration starts with: about a dozen even kills' worth, so the first
+#: steps are large but not wild (docs/adr.md "Online calibration").
+CAL_PRIOR = 1.0
+#: The display rating is mu - DISPLAY_K sigma (seed 002's conservative rating).
+DISPLAY_K = 3.0
+#: Predictions the engine keeps for its own live quality (Engine.recent_predictions).
+QUALITY_WINDOW = 8192
+
+
+def link_p(z: float, logistic: bool) -> float:
+    """§3.1 P from z = (r_a - r_b) / D: the printed arctan, or the logistic of the same slope.
+
+    The kernel (``_kernel.c``) computes the same expression in the same order.
+    """
+    if logistic:
+        u = _K4PI * z
+        if u < -700.0:
+            u = -700.0
+        return 1.0 / (1.0 + exp(-u))
+    return 0.5 + _INV_PI * atan(z)
+
+
+def calibrated(cal: float, z: float, logistic: bool) -> tuple[float, float, float]:
+    """(P, d log P / d cal, Fisher information) with the multiplier ``cal`` on z.
+
+    The pieces of one online maximum-likelihood step on a kill, whose outcome is always "the
+    attacker killed the victim" (docs/adr.md "Online calibration"). P is the prediction made
+    *before* the step. The information is that of a Bernoulli outcome, (dP/dc)^2 / (P (1 - P)).
+    The kernel (``_kernel.c``) computes the same expressions in the same order.
+    """
+    cz = cal * z
+    if logistic:
+        u = _K4PI * cz
+        if u < -700.0:
+            u = -700.0
+        p = 1.0 / (1.0 + exp(-u))
+        q = p * (1.0 - p)
+        dp = q * _K4PI * z
+    else:
+        p = 0.5 + _INV_PI * atan(cz)
+        q = p * (1.0 - p)
+        dp = _INV_PI * z / (1.0 + cz * cz)
+    if q > 0.0:
+        return p, dp / p, dp * dp / q
+    return p, 0.0, 0.0
+
+
 #: Below this many players the population sum is exact (math.fsum); numpy's pairwise sum above.
 _FSUM_BELOW = 4096
 
@@ -74,6 +128,29 @@ def _inverted_cdf_index(n: int, levels: npt.NDArray[np.float64]) -> npt.NDArray[
     index = np.where(j - low == 0, low, low + 1).astype(np.intp)
     index[index < 0] = 0
     return index
+
+
+@lru_cache(maxsize=64)
+def _levels_of(proportions: tuple[float, ...]) -> tuple[float, ...]:
+    """§6.3 quantile levels 1 - q_k of the 14 boundaries, clipped to [0, 1]."""
+    out: list[float] = []
+    acc = 0.0
+    for x in proportions[: TIER_COUNT - 1]:
+        acc += x
+        v = 1.0 - acc
+        out.append(0.0 if v < 0.0 else 1.0 if v > 1.0 else v)
+    return tuple(out)
+
+
+def _inverted_cdf_positions(n: int, levels: Sequence[float]) -> list[int]:
+    """``_inverted_cdf_index`` in Python floats: the same operations on the same doubles."""
+    out: list[int] = []
+    for q in levels:
+        j = n * q - 1
+        low = math.floor(j)
+        index = low if j - low == 0 else low + 1
+        out.append(index if index > 0 else 0)
+    return out
 
 
 class Outcome(IntEnum):
@@ -115,6 +192,8 @@ class PlayerView:
     rank: int
     returning_left: int
     active: bool
+    #: The display rating (mu - 3 sigma, its step bounded by ADRParams.display_cap).
+    display: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,13 +242,65 @@ class Engine:
     # Slots: the C kernel reads and writes these attributes at fixed offsets on every event
     # (a dict lookup each would be ~16 % of the daemon's time per event, perf).
     __slots__ = (
-        "_active", "_aring", "_bounds", "_cooldown", "_cooldown_log", "_expiry", "_h", "_k",
-        "_ladder", "_last", "_max_players", "_n", "_n0", "_n_active", "_native", "_neg_bounds",
-        "_phi", "_pool", "_r", "_r_hi", "_r_lo", "_ret", "_scratch", "_sigma", "_streak", "_sum_r_active",
-        "_sum_r_all", "_sum_sigma", "_tier", "_tier_counts", "_wring", "_wslot", "_wsum",
-        "applied", "calibrations", "clock", "filtered", "ids", "last_delta_attacker",
-        "last_delta_victim", "late_applied", "names", "next_recalibration", "next_sweep", "offset",
-        "params", "rejected", "run_records", "scope", "sweeps", "tier_changes",
+        "_active",
+        "_aring",
+        "_bounds",
+        "_cal",
+        "_cal_info",
+        "_cooldown",
+        "_cooldown_log",
+        "_disp",
+        "_expiry",
+        "_feed_many",
+        "_feed_native",
+        "_h",
+        "_k",
+        "_ladder",
+        "_last",
+        "_max_players",
+        "_n",
+        "_n0",
+        "_n_active",
+        "_native",
+        "_neg_bounds",
+        "_phi",
+        "_pool",
+        "_qn",
+        "_qring",
+        "_r",
+        "_r_hi",
+        "_r_lo",
+        "_ret",
+        "_score_many",
+        "_scratch",
+        "_sigma",
+        "_streak",
+        "_sum_r_active",
+        "_sum_r_all",
+        "_sum_sigma",
+        "_tier",
+        "_tier_counts",
+        "_wring",
+        "_wslot",
+        "_wsum",
+        "applied",
+        "calibrations",
+        "clock",
+        "filtered",
+        "ids",
+        "last_delta_attacker",
+        "last_delta_victim",
+        "late_applied",
+        "names",
+        "next_recalibration",
+        "next_sweep",
+        "offset",
+        "params",
+        "rejected",
+        "run_records",
+        "scope",
+        "sweeps",
+        "tier_changes",
     )  # fmt: skip
 
     def __init__(self, params: ADRParams | None = None, *, native: bool | None = None) -> None:
@@ -192,6 +323,9 @@ class Engine:
         # §6.4 accumulators in one signed column: > 0 promotion energy, < 0 demotion energy
         # (the paper resets one whenever the other grows, so they are never both non-zero).
         self._h = array("d")
+        # The display rating mu - 3 sigma, kept per player in internal units so that its step per
+        # event is bounded (ADRParams.display_cap); the anchor shifts it with the ratings.
+        self._disp = array("d")
         self._tier = bytearray()  # 0 = unplaced, k = tier k (1..15)
         self._active = bytearray()
         # §2.2 sliding window: a ring of window_len |changes| per player, in a pool of blocks
@@ -237,7 +371,18 @@ class Engine:
             p.window_len, p.rho_s, p.s_max, p.rho_v / p.w_ref, p.gamma_phi, p.c_loss,
             p.loser_rule == "corrected", p.pool_losses, p.delta_max, 1.0 / (p.gamma * p.gamma),
             p.lambda_phi, 1.0 - p.lambda_phi, p.n_active, p.n_min, p.decay,
+            p.link == "logistic",
+            1.0 - 1.0 / p.calibration_memory if p.calibration_memory else 0.0,
+            p.decay_grace * p.day_seconds, p.cap_decay,
+            p.sweep_sigma, p.repeat_weight, p.display_cap,
         )  # fmt: skip
+        #: The online calibration multiplier on the link's argument (predictions only).
+        self._cal = 1.0
+        self._cal_info = CAL_PRIOR  # the Fisher information behind _cal
+        # The last QUALITY_WINDOW predictions (attacker kills victim, before learning) and how
+        # many were made: ADR's own live quality, scored without any shadow model.
+        self._qring = array("d", bytes(8 * QUALITY_WINDOW))
+        self._qn = 0
         # Season placement (issue 6): after a season reset a player places again per §6.1 on
         # the events it has played since (n - n0). None until a reset, so other ladders pay nothing.
         self._n0: array[int] | None = None
@@ -262,6 +407,11 @@ class Engine:
         #: plain kill the kernel takes and no recalibration is due (``feed``'s rule); it stops
         #: before ``stop`` and before the first record that needs Python. None without the kernel.
         self.run_records = None if kernel is None else kernel.run
+        # The batch paths (docs/performance.md "Batch replay"): ``feed`` in C while no
+        # recalibration is due, over one event or over parallel lists of events.
+        self._feed_native = None if kernel is None else kernel.feed
+        self._feed_many = None if kernel is None else kernel.feed_many
+        self._score_many = None if kernel is None else kernel.score_many
 
     # ------------------------------------------------------------------ players
     def __len__(self) -> int:
@@ -283,6 +433,7 @@ class Engine:
         self._wsum.append(0.0)
         self._ret.append(0)
         self._h.append(0.0)
+        self._disp.append(r0 - DISPLAY_K * p.sigma0)
         self._tier.append(0)
         self._active.append(0)
         self._wslot.append(0)
@@ -315,6 +466,7 @@ class Engine:
         self._sum_sigma += sigma - self._sigma[i]
         self._r[i] = r
         self._sigma[i] = sigma
+        self._disp[i] = r - DISPLAY_K * sigma
         self._n[i] = n
         self._streak[i] = streak
         self._last[i] = last_t if n else -_INF
@@ -373,6 +525,7 @@ class Engine:
             # §2.1 cooldown, before anything changes (a pair with a newcomer has no history).
             last_kill = cooldown.get((a << _ID_BITS) | b)
             if last_kill is not None and t - last_kill < self.params.t_cooldown:
+                self._repeat(a, b, t, t - last_kill)
                 self.filtered += 1
                 return _FILTERED
         else:
@@ -401,6 +554,7 @@ class Engine:
             t_return_s, returning_events, tau_s, drift_s, smax, smin, theta, lam, speak, speak2,
             eta_min, span, wlen, rho_s, s_max, rho_v_w, gamma_phi, c_loss, corrected, pool_losses,
             dmax, inv_g2, lp, keep_phi, n_act, n_min, decay_on,
+            logistic, cal_keep, grace_s, cap_decay, sweep_sigma, _repeat_w, display_cap,
         ) = self._k  # fmt: skip
         r_arr = self._r
         s_arr = self._sigma
@@ -422,10 +576,12 @@ class Engine:
         aring = self._aring
         ret_a = ret[a]
         ret_b = ret[b]
-        if na and t - aring[a * n_act + (na - 1) % n_act] > t_return_s:
+        ev_a = aring[a * n_act + (na - 1) % n_act] if na else la
+        ev_b = aring[b * n_act + (nb - 1) % n_act] if nb else lb
+        if na and t - ev_a > t_return_s:
             ret_a = returning_events
             ret[a] = ret_a
-        if nb and t - aring[b * n_act + (nb - 1) % n_act] > t_return_s:
+        if nb and t - ev_b > t_return_s:
             ret_b = returning_events
             ret[b] = ret_b
 
@@ -436,21 +592,34 @@ class Engine:
         n_active = self._n_active
         n_players = len(self.names)
         mean = self._sum_r_active / n_active if n_active else self._sum_r_all / n_players
+        # The decay clock starts at the last decay point, or with a grace period (decay_grace)
+        # that long after the last counted event; sigma drifts from the last decay point, or
+        # from the last counted event when sweeps leave sigma alone (sweep_sigma = false).
         if decay_on and na and t > la:
-            ra = mean + (ra - mean) * exp(-(t - la) / tau_s)
-            sa += drift_s * (t - la)
+            start = ev_a + grace_s
+            if start < la:
+                start = la
+            if t > start:
+                ra = mean + (ra - mean) * exp(-(t - start) / tau_s)
+            sa += drift_s * (t - (la if sweep_sigma else ev_a))
             if sa > smax:
                 sa = smax
         if decay_on and nb and t > lb:
-            rb = mean + (rb - mean) * exp(-(t - lb) / tau_s)
-            sb += drift_s * (t - lb)
+            start = ev_b + grace_s
+            if start < lb:
+                start = lb
+            if t > start:
+                rb = mean + (rb - mean) * exp(-(t - start) / tau_s)
+            sb += drift_s * (t - (lb if sweep_sigma else ev_b))
             if sb > smax:
                 sb = smax
 
         # Step 4: §3.1 kill probability with §3.2 diffusion over all tracked players.
         sum_sigma = self._sum_sigma - sa_old - sb_old + sa + sb
-        p_ab = 0.5 + _INV_PI * atan((ra - rb) / (theta + lam * sum_sigma / n_players))
+        z = (ra - rb) / (theta + lam * sum_sigma / n_players)
+        p_ab = link_p(z, logistic)
         surprise = 1.0 - p_ab
+        self._predicted(z, logistic, cal_keep)
 
         # Step 5: §4.1 learning rates with the §8.1 peak-shaped base.
         wsum = self._wsum
@@ -509,6 +678,16 @@ class Engine:
         db = rb_new - rb
         self.last_delta_attacker = da
         self.last_delta_victim = db
+        if cap_decay:
+            # §8.4 over the whole visible change: decay plus update (docs/adr.md).
+            if ra_new > ra_old + dmax:
+                ra_new = ra_old + dmax
+            elif ra_new < ra_old - dmax:
+                ra_new = ra_old - dmax
+            if rb_new > rb_old + dmax:
+                rb_new = rb_old + dmax
+            elif rb_new < rb_old - dmax:
+                rb_new = rb_old - dmax
 
         # Step 7: §4.3 two-stage sigma from the final visible change.
         sa_new = 1.0 / sqrt(1.0 / (sa * sa + da * da) + inv_g2)
@@ -565,6 +744,17 @@ class Engine:
         r_arr[b] = rb_new
         s_arr[a] = sa_new
         s_arr[b] = sb_new
+        disp = self._disp
+        if display_cap:  # the display's step bounded by delta_max (ADRParams.display_cap)
+            d = disp[a]
+            step = ra_new - DISPLAY_K * sa_new - d
+            disp[a] = d + (dmax if step > dmax else -dmax if step < -dmax else step)
+            d = disp[b]
+            step = rb_new - DISPLAY_K * sb_new - d
+            disp[b] = d + (dmax if step > dmax else -dmax if step < -dmax else step)
+        else:
+            disp[a] = ra_new - DISPLAY_K * sa_new
+            disp[b] = rb_new - DISPLAY_K * sb_new
         self._sum_sigma = sum_sigma - sa - sb + sa_new + sb_new
         self._sum_r_all += ra_new - ra_old + rb_new - rb_old
         active = self._active
@@ -618,6 +808,127 @@ class Engine:
         self._wring[block * wlen] = self._wsum[i]
         self._wslot[i] = block + 1
         return block + 1
+
+    def _predicted(self, z: float, logistic: bool, cal_keep: float) -> None:
+        """Record the calibrated prediction of this kill and take one calibration step: a Newton
+        step on the log-likelihood with the information of the remembered kills (cal_keep = 1 -
+        1/calibration_memory; 0 = calibration off)."""
+        p, grad, fisher = calibrated(self._cal, z, logistic)
+        qn = self._qn
+        self._qring[qn % QUALITY_WINDOW] = p
+        self._qn = qn + 1
+        if cal_keep:
+            info = self._cal_info * cal_keep + fisher
+            self._cal_info = info
+            c = self._cal + grad / info
+            self._cal = CAL_MIN if c < CAL_MIN else CAL_MAX if c > CAL_MAX else c
+
+    def _repeat(self, a: int, b: int, t: float, since: float) -> None:
+        """A §2.1 repeat inside the cooldown: predicted and calibrated on, and learnt at the
+        decaying weight ``repeat_weight * since / t_cooldown`` when that is set (0: the paper)."""
+        k = self._k
+        n_players = len(self.names)
+        z = (self._r[a] - self._r[b]) / (k[6] + k[7] * self._sum_sigma / n_players)
+        self._predicted(z, k[27], k[28])
+        w = k[32]
+        if w:
+            self._learn_pair(a, b, t, w * since / self.params.t_cooldown, z)
+
+    def _redisplay(self, i: int) -> None:
+        """Player i's display after a change outside an event (sweep, clamp, season, pair)."""
+        target = self._r[i] - DISPLAY_K * self._sigma[i]
+        if self.params.display_cap:
+            d = self._disp[i]
+            dmax = self.params.delta_max
+            step = target - d
+            self._disp[i] = d + (dmax if step > dmax else -dmax if step < -dmax else step)
+        else:
+            self._disp[i] = target
+
+    def display(self, i: int) -> float:
+        """Player i's visible display rating: mu - 3 sigma, step-bounded (ADRParams.display_cap)."""
+        return self._disp[i] + self.offset
+
+    def _learn_pair(self, a: int, b: int, t: float, weight: float, z: float) -> None:
+        """A weighted pairwise result that is not a counted kill (a placement pair, a repeat):
+        the §4.2 change at ``weight`` times the §8.1 base rate from stored ratings, §8.4 cap and
+        §4.2 clip, then §4.3 sigma. Counts, streaks, trends, windows, activity and the cooldown
+        stay as they are; tiers follow at the players' next events."""
+        p = self.params
+        r = self._r
+        s = self._sigma
+        k = self._k
+        surprise = 1.0 - link_p(z, k[27])
+        lo = self._r_lo
+        hi = self._r_hi
+        dmax = p.delta_max
+        changes = []
+        for i, sign in ((a, 1.0), (b, -1.0)):
+            sg = s[i]
+            eta = p.eta_min + (p.eta_max - p.eta_min) * (2.0 * sg * p.sigma_peak) / (sg * sg + k[9])
+            d = sign * weight * eta * surprise
+            d = dmax if d > dmax else -dmax if d < -dmax else d
+            new = r[i] + d
+            new = hi if new > hi else lo if new < lo else new
+            changes.append((i, new))
+        for i, new in changes:
+            old = r[i]
+            d = new - old
+            sg = 1.0 / sqrt(1.0 / (s[i] * s[i] + d * d) + k[21])
+            sg = p.sigma_min if sg < p.sigma_min else p.sigma_max if sg > p.sigma_max else sg
+            self._sum_sigma += sg - s[i]
+            s[i] = sg
+            if new != old:
+                r[i] = new
+                self._sum_r_all += d
+                if self._active[i]:
+                    self._sum_r_active += d
+                self._ladder.move(-old, -new, i)
+            self._redisplay(i)
+
+    def apply_placement(self, placements: Sequence[Sequence[str]], t: float) -> int:
+        """Learn a finished match (seed 001 §2): every (better, worse) pair of players in
+        different groups at ``placement_weight / (players - 1)``, from the ratings before the
+        match, known players only. Returns the pairs learnt (0 when placement_weight is 0)."""
+        p = self.params
+        w = p.placement_weight
+        if not w or not isfinite(t) or t < self.clock - p.late_tolerance:
+            return 0
+        ids = self.ids
+        groups = [[ids[x] for x in g if x in ids] for g in placements]
+        size = sum(len(g) for g in groups)
+        if size < 2:
+            return 0
+        weight = w / (size - 1)
+        k = self._k
+        d = k[6] + k[7] * self._sum_sigma / len(self.names)
+        r = self._r
+        pairs = [
+            (i, j, (r[i] - r[j]) / d)
+            for n, g in enumerate(groups)
+            for worse in groups[n + 1 :]
+            for i in g
+            for j in worse
+        ]
+        for i, j, z in pairs:
+            self._learn_pair(i, j, t, weight, z)
+        return len(pairs)
+
+    def recent_predictions(self) -> tuple[npt.NDArray[np.float64], int]:
+        """(the last predictions oldest first, how many were ever made): P(attacker kills
+        victim) with the calibration, made before each kill (cooldown repeats included) was
+        learnt. A kill is always a positive; see ``arenad.daemon.shadows`` for the orientation."""
+        qn = self._qn
+        buf = np.frombuffer(self._qring, dtype=np.float64)
+        if qn <= QUALITY_WINDOW:
+            return buf[:qn].copy(), qn
+        pos = qn % QUALITY_WINDOW
+        return np.concatenate((buf[pos:], buf[:pos])), qn
+
+    @property
+    def calibration(self) -> float:
+        """The online calibration multiplier (1.0 when calibration_memory is 0)."""
+        return self._cal
 
     def _pooled(self, i: int, delta: float, sigma: float) -> float:
         """§8.2 evidence weight and §8.3 pool for player ``i``; returns the visible change."""
@@ -738,9 +1049,81 @@ class Engine:
 
     def feed(self, attacker: str, victim: str, t: float) -> Outcome:
         """``apply`` preceded by any recalibration that is due at ``t``: the replay contract."""
+        fast = self._feed_native
+        if fast is not None:
+            out: Outcome | None = fast(attacker, victim, t)  # no recalibration due: the kernel
+            if out is not None:
+                return out
         if self.recalibration_due_before(attacker, victim, t):
             self.recalibrate(t)
         return self.apply(attacker, victim, t)
+
+    def feed_many(
+        self, attackers: list[str], victims: list[str], times: list[float]
+    ) -> tuple[int, int, list[Outcome]]:
+        """``feed`` over parallel lists, in order: (applied, filtered, the other outcomes).
+
+        The kernel takes runs of events while no recalibration is due; each event it hands back
+        goes through ``feed`` here, so the result is exactly feeding the events one by one
+        (tests/core/test_batch.py)."""
+        n = len(times)
+        if not (len(attackers) == len(victims) == n):
+            raise ValueError("feed_many needs three lists of the same length")
+        many = self._feed_many
+        applied = filtered = 0
+        others: list[Outcome] = []
+        k = 0
+        while k < n:
+            if many is not None:
+                k, a, f = many(attackers, victims, times, k, n)
+                applied += a
+                filtered += f
+                if k >= n:
+                    break
+            out = self.feed(attackers[k], victims[k], times[k])
+            if out is _APPLIED:
+                applied += 1
+            elif out is _FILTERED:
+                filtered += 1
+            else:
+                others.append(out)
+            k += 1
+        return applied, filtered, others
+
+    def score_many(
+        self,
+        attackers: list[str],
+        victims: list[str],
+        times: list[float],
+        learn: bytes,
+        out: npt.NDArray[np.float64],
+        *,
+        start: int = 0,
+        stop: int | None = None,
+    ) -> int:
+        """Walk-forward over kills: ``out[k]`` = the prediction of kill k (``ADRModel.predict``:
+        ``predict`` for two tracked players, 0.5 otherwise), then kill k is fed when
+        ``learn[k]``. Equal to predicting and feeding one by one; returns ``stop``."""
+        end = len(times) if stop is None else stop
+        many = self._score_many
+        k = start
+        while k < end:
+            if many is not None:
+                k, pending = many(attackers, victims, times, learn, out, k, end)
+                if k >= end:
+                    break
+                if pending:  # predicted already; the kernel handed the update back
+                    self.feed(attackers[k], victims[k], times[k])
+                    k += 1
+                    continue
+            ids = self.ids
+            i = ids.get(attackers[k])
+            j = ids.get(victims[k])
+            out[k] = 0.5 if i is None or j is None else self.predict(i, j)
+            if learn[k]:
+                self.feed(attackers[k], victims[k], times[k])
+            k += 1
+        return end
 
     # ------------------------------------------------------------------ recalibration
     def recalibration_due(self, t: float) -> bool:
@@ -805,10 +1188,23 @@ class Engine:
         sig = np.frombuffer(self._sigma, dtype=np.float64)
         mean = self._sum_r_active / self._n_active if self._n_active else self._sum_r_all / size
         dt = now - last[idle]
+        if p.decay_grace > 0:
+            # The same grace as at an event: decay runs from decay_grace after the last counted
+            # event (the activity ring's newest slot), or from the last decay point if later.
+            na = p.n_active
+            ring = np.frombuffer(self._aring, dtype=np.float64)
+            newest = ring[idle * na + (count[idle] - 1) % na]
+            dt = np.maximum(0.0, now - np.maximum(last[idle], newest + p.decay_grace * day))
+            del ring
         old_r = r[idle]
         new_r = np.clip(mean + (old_r - mean) * np.exp(-dt / (p.tau * day)), self._r_lo, self._r_hi)
+        if p.cap_decay:
+            new_r = np.clip(new_r, old_r - p.delta_max, old_r + p.delta_max)  # §8.4 over decay
         old_s = sig[idle]
-        new_s = np.minimum(p.sigma_max, old_s + (p.sigma_drift / day) * dt)
+        if p.sweep_sigma:
+            new_s = np.minimum(p.sigma_max, old_s + (p.sigma_drift / day) * (now - last[idle]))
+        else:
+            new_s = old_s  # §5's sigma drift waits for the next event (ADRParams.sweep_sigma)
         r[idle] = new_r
         sig[idle] = new_s
         last[idle] = now
@@ -828,6 +1224,8 @@ class Engine:
             move = self._ladder.move
             for i, old in zip(moved_ids, moved_old, strict=True):
                 move(-old, -rr[i], i)
+        for i in idle.tolist():
+            self._redisplay(i)
         tier = self._tier
         bounds = self._bounds
         for i in moved_ids:
@@ -877,6 +1275,7 @@ class Engine:
             rr[i] = lo if r < lo else hi if r > hi else r
             s = alpha * ss[i]
             ss[i] = s if s < smax else smax
+            self._redisplay(i)
         self._tier = bytearray(size)
         self._tier_counts = [0] * (TIER_COUNT + 1)
         self._h = array("d", bytes(8 * size))
@@ -912,6 +1311,8 @@ class Engine:
         kept between calls; the §6.3 quantiles select order statistics in it in place.
         """
         p = self.params
+        if len(self._r) < _FSUM_BELOW:
+            return self.plan_recalibration_small(now)
         r = np.frombuffer(self._r, dtype=np.float64)
         mask = np.frombuffer(self._active, dtype=np.bool_)  # the column holds only 0 and 1
         k = int(np.count_nonzero(mask))
@@ -946,6 +1347,48 @@ class Engine:
             sum_sigma=float(np.sum(np.frombuffer(self._sigma, dtype=np.float64))),
             bounds=bounds,
         )
+
+    def plan_recalibration_small(self, now: float) -> RecalibrationPlan:
+        """``plan_recalibration`` below _FSUM_BELOW players, in plain Python: the same rules as
+        ``plan_recalibration_reference`` with every sum exact (math.fsum) and the §6.3 order
+        statistics of ``np.quantile(method="inverted_cdf")`` picked from a sorted list.
+
+        numpy's fixed cost per call (about 30 calls) was 0.45 ms a recalibration at 200 players,
+        which on a sparse history (a recalibration every few kills) was 98 % of a replay; this is
+        about 25 µs. tests/core/test_recalibration_plan.py checks it against the reference.
+        """
+        p = self.params
+        r: list[float] = self._r.tolist()
+        active = self._active
+        has_active = self._n_active > 0
+        offset, r_lo, r_hi = self.offset, self._r_lo, self._r_hi
+        if p.anchor:
+            basis = list(compress(r, active)) if has_active else r
+            offset = p.mu0 - math.fsum(basis) / len(basis)
+            r_lo = p.mu_min - offset
+            r_hi = p.mu_max - offset
+            if min(r) < r_lo or max(r) > r_hi:  # as they will be once the shift has clamped them
+                r = [r_lo if x < r_lo else r_hi if x > r_hi else x for x in r]
+        active_r = list(compress(r, active)) if has_active else r
+        bounds: list[float] | None = None
+        k = len(active_r)
+        if k >= p.p_min:
+            ordered = sorted(active_r)
+            bounds = self._smoothed_bounds([ordered[j] for j in _inverted_cdf_positions(k, self._levels())])
+        return RecalibrationPlan(
+            now=now,
+            offset=offset,
+            r_lo=r_lo,
+            r_hi=r_hi,
+            sum_r_all=math.fsum(r),
+            sum_r_active=math.fsum(active_r) if has_active else 0.0,
+            sum_sigma=math.fsum(self._sigma),
+            bounds=bounds,
+        )
+
+    def _levels(self) -> tuple[float, ...]:
+        """``_tier_levels`` in Python floats (np.cumsum adds in order, as _levels_of does)."""
+        return _levels_of(self.params.tier_proportions)
 
     def _active_buffer(self, k: int) -> npt.NDArray[np.float64]:
         """A view of ``k`` doubles of the kept buffer, grown by a quarter when too small."""
@@ -1030,6 +1473,7 @@ class Engine:
                 if (old <= target) if hi_side else (old >= target):
                     break
                 r[i] = target
+                self._redisplay(i)
                 ladder.move(-old, -target, i)
                 self._sum_r_all += target - old
                 if self._active[i]:
@@ -1095,6 +1539,7 @@ class Engine:
             rank=self.rank(i),
             returning_left=self._ret[i],
             active=bool(self._active[i]),
+            display=self._disp[i] + self.offset,
         )
 
     def last_event_time(self, i: int) -> float | None:
@@ -1109,9 +1554,10 @@ class Engine:
         return bool(self._active[i])
 
     def predict(self, i: int, j: int) -> float:
-        """§3.1 P(i kills j) from stored ratings and the current D(t)."""
+        """§3.1 P(i kills j) from stored ratings, the current D(t), the link and the online
+        calibration multiplier (docs/adr.md)."""
         d = self.params.theta + self.params.lambda_ * self.mean_sigma
-        return 0.5 + _INV_PI * math.atan((self._r[i] - self._r[j]) / d)
+        return calibrated(self._cal, (self._r[i] - self._r[j]) / d, self._k[27])[0]
 
     @property
     def mean_sigma(self) -> float:
@@ -1187,6 +1633,8 @@ class Engine:
                 "tier_changes": self.tier_changes,
                 "last_delta_attacker": self.last_delta_attacker,
                 "last_delta_victim": self.last_delta_victim,
+                "calibration": self._cal,
+                "calibration_info": self._cal_info,
             },
             "rejected": dict(self.rejected),
             "season": None if self._n0 is None else {"n0": self._n0.tobytes()},
@@ -1223,7 +1671,11 @@ class Engine:
         eng.ids = {name: i for i, name in enumerate(names)}
         for name, attr in _COLUMNS.items():
             col = getattr(eng, attr)
+            if name == "disp" and name not in state["columns"]:
+                continue  # a state from before the display column: filled in below
             col.frombytes(state["columns"][name])
+        if "disp" not in state["columns"]:
+            eng._disp = array("d", (r - DISPLAY_K * s for r, s in zip(eng._r, eng._sigma, strict=True)))
         eng._tier = bytearray(state["tier"])
         eng._active = bytearray(state["active"])
         size = len(names)
@@ -1266,6 +1718,8 @@ class Engine:
         eng.tier_changes = sc["tier_changes"]
         eng.last_delta_attacker = sc["last_delta_attacker"]
         eng.last_delta_victim = sc["last_delta_victim"]
+        eng._cal = float(sc.get("calibration", 1.0))  # absent before issue 14: c = 1
+        eng._cal_info = float(sc.get("calibration_info", CAL_PRIOR))
         eng.rejected = dict(state["rejected"])
         season = state.get("season")
         if season is not None:
@@ -1299,6 +1753,7 @@ _COLUMNS: dict[str, str] = {
     "wsum": "_wsum",
     "ret": "_ret",
     "h": "_h",
+    "disp": "_disp",
     "wslot": "_wslot",
     "wring": "_wring",
     "aring": "_aring",

@@ -21,6 +21,8 @@ TIER_NAMES: tuple[str, ...] = (
 )  # fmt: skip
 
 LoserRule = Literal["corrected", "printed"]
+Link = Literal["arctan", "logistic"]
+Preset = Literal["default", "paper"]
 PoolRelease = Literal["transfer", "literal"]
 PlayerCapPolicy = Literal["refuse_new"]
 
@@ -50,17 +52,17 @@ class ADRParams:
     eta_min: float = 4.0
     eta_max: float = 40.0
     # §4.1 rate modifiers
-    rho_s: float = 0.15
+    rho_s: float = 0.0  # paper §9: 0.15 (docs/adr.md "Defaults by measurement")
     s_max: int = 5
     rho_v: float = 0.3
     w_ref: float = 20.0
-    gamma_phi: float = 0.3
+    gamma_phi: float = 0.0  # paper §9: 0.3
     lambda_phi: float = 0.2
-    c_loss: float = 0.8
+    c_loss: float = 1.0  # paper §9: 0.8
     # §2.1 cooldown, seconds
     t_cooldown: float = 60.0
     # §3.2 diffusion: D = theta + lambda * mean sigma
-    theta: float = 400.0
+    theta: float = 150.0  # paper §9: 400
     lambda_: float = 0.5
     # §5 decay: tau in days, sigma_drift per day
     tau: float = 30.0
@@ -111,9 +113,39 @@ class ADRParams:
     #: Inactivity sweep (issue 6, docs/adr.md): players idle for more than ``idle_after`` days
     #: get the §5 decay applied at the sweep instead of only at their next event, so ghosts leave
     #: the top of the ladder and their tiers. 0 = off (the paper's lazy decay only).
-    idle_after: float = 0.0
+    idle_after: float = 7.0  # paper: 0 (no sweep)
     #: Event-time seconds between two sweeps; a sweep runs at the first recalibration after it.
     sweep_interval: float = 86400.0
+
+    # ---- calibration and safeguards beyond the paper (issue 14, docs/adr.md) --------------
+    #: §3.1 link: "arctan" as printed (heavy tails: P = 0.98 needs a gap of 16 D), or
+    #: "logistic" with the arctan's slope at 50/50, 1/(1 + exp(-4 x / (pi D))).
+    link: Link = "logistic"
+    #: Online maximum-likelihood multiplier c on the link's argument, for predictions only: after
+    #: every kill (cooldown repeats included) one Newton step, c += (d log P / dc) / I, with I the
+    #: Fisher information of the last ``calibration_memory`` kills (forgetting 1 - 1/memory),
+    #: c in [1/8, 8]. 0 = off (c = 1, the paper's §3.1 probabilities).
+    calibration_memory: float = 5000.0
+    #: §5 decay starts this many days after a player's last counted event (0 = the paper:
+    #: every gap decays, which pulls every active player toward the mean at 1/tau per day).
+    decay_grace: float = 7.0
+    #: §8.4 cap over the whole visible change of an event, §5 decay included (the paper caps
+    #: only the update, so a return could move a rating by hundreds of points at once).
+    cap_decay: bool = True
+    #: The inactivity sweep drifts sigma too (true) or leaves §5's sigma drift to the player's
+    #: next event (false), so the display rating mu - 3 sigma of a ghost does not sink and then
+    #: jump back by 3 * (sigma_max - sigma) at its first kill back.
+    sweep_sigma: bool = False
+    #: Match placements (seed 001 §2): each (better, worse) pair of a finished match is an
+    #: update at this weight divided by (players - 1). 0 = kills only (the paper).
+    placement_weight: float = 0.0
+    #: The display rating mu - 3 sigma (seed 002's conservative rating) moves by at most
+    #: delta_max per event, like the rating (§8.4): sigma collapsing at a player's first kill
+    #: back would otherwise move it by 3 * (its drop). false: exactly mu - 3 sigma (the paper).
+    display_cap: bool = True
+    #: §2.1 repeats inside the cooldown: 0 = dropped (the paper); w > 0 = learnt at weight
+    #: w * (time since the pair's last counted kill) / t_cooldown.
+    repeat_weight: float = 0.0
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -218,6 +250,15 @@ class ADRParams:
         need(v.late_tolerance >= 0, "late_tolerance", "must be >= 0 (seconds)")
         need(v.idle_after >= 0, "idle_after", "must be >= 0 (days; 0 turns the inactivity sweep off)")
         need(v.sweep_interval > 0, "sweep_interval", "must be > 0 (seconds)")
+        need(v.link in ("arctan", "logistic"), "link", 'must be "arctan" or "logistic"')
+        need(
+            v.calibration_memory == 0 or v.calibration_memory >= 1,
+            "calibration_memory",
+            "must be 0 (off) or >= 1 (kills)",
+        )
+        need(v.decay_grace >= 0, "decay_grace", "must be >= 0 (days)")
+        need(0 <= v.placement_weight <= 1, "placement_weight", "must lie in [0, 1] (0: kills only)")
+        need(0 <= v.repeat_weight <= 1, "repeat_weight", "must lie in [0, 1] (0: the paper's filter)")
         need(
             2 <= v.max_players <= PLAYER_ID_LIMIT,
             "max_players",
@@ -246,7 +287,14 @@ class ADRParams:
         known = {_toml_key(f.name): f.name for f in fields(cls)}
         problems: list[ConfigProblem] = []
         kwargs: dict[str, Any] = {}
+        preset = data.get("preset", "default")
+        if preset == "paper":
+            kwargs.update(PAPER)
+        elif preset != "default":
+            problems.append(ConfigProblem(f"{section}.preset", preset, 'must be "default" or "paper"'))
         for key, raw in data.items():
+            if key == "preset":
+                continue
             name = known.get(key)
             if name is None:
                 problems.append(ConfigProblem(f"{section}.{key}", raw, "unknown key"))
@@ -271,6 +319,11 @@ class ADRParams:
         if problems:
             raise ConfigError(problems)
         return params
+
+    @classmethod
+    def paper(cls, **overrides: Any) -> ADRParams:
+        """The paper's §9 configuration (``[adr] preset = "paper"``, model ``adr-paper``)."""
+        return cls(**{**PAPER, **overrides})
 
     def to_mapping(self) -> dict[str, Any]:
         """The TOML form (keys as in ``[adr]``), omitting unset optional keys."""
@@ -328,4 +381,23 @@ _FIELD_OF: dict[str, str] = {_toml_key(f.name): f.name for f in fields(ADRParams
 _DEFAULTS: dict[str, Any] = {
     f.name: (f.default_factory() if f.default_factory is not MISSING else f.default)
     for f in fields(ADRParams)
+}
+
+
+#: The paper's §9 values (and its mechanisms alone) for every field whose default arenad chose
+#: by measurement (docs/adr.md "Defaults by measurement"): ``preset = "paper"`` starts from these.
+PAPER: dict[str, Any] = {
+    "rho_s": 0.15,
+    "gamma_phi": 0.3,
+    "c_loss": 0.8,
+    "theta": 400.0,
+    "idle_after": 0.0,
+    "link": "arctan",
+    "calibration_memory": 0.0,
+    "decay_grace": 0.0,
+    "cap_decay": False,
+    "sweep_sigma": True,
+    "display_cap": False,
+    "placement_weight": 0.0,
+    "repeat_weight": 0.0,
 }

@@ -9,6 +9,7 @@ Scale: the visible ADR rating mu (mu0 = 1000). Display: mu − 3σ, with the §4
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from arenad.core.engine import Engine
@@ -35,6 +36,10 @@ class ADRModel:
     def update(self, attacker: str, victim: str, t: float) -> None:
         self.engine.feed(attacker, victim, t)
 
+    def update_match(self, placements: Sequence[Sequence[str]], t: float) -> None:
+        """A finished match: its pairs at ``placement_weight`` (nothing when that is 0, the paper)."""
+        self.engine.apply_placement(placements, t)
+
     def rating(self, player: str) -> float:
         i = self.engine.ids.get(player)
         return self.params.mu0 if i is None else self.engine.mu(i)
@@ -43,8 +48,7 @@ class ADRModel:
         i = self.engine.ids.get(player)
         if i is None:
             return self.params.mu0 - 3.0 * self.params.sigma0
-        view = self.engine.view(i)
-        return view.mu - 3.0 * view.sigma
+        return self.engine.display(i)
 
     def players(self) -> list[str]:
         return list(self.engine.names)
@@ -56,11 +60,33 @@ class ADRModel:
         self.engine = Engine.from_state(state, self.params)
 
 
+#: The ADR variants by model name, each as the ``[adr]`` keys it sets. ``adr`` is arenad's
+#: defaults; the others are the paper's §9 configuration (``preset = "paper"``) and its two
+#: variants, one change each. The daemon's ``[models] primary`` may be any of them
+#: (``arenad.daemon.config.PRIMARY_MODELS`` spells out every parameter each one implies).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "adr": {},
+    "adr-paper": {"preset": "paper"},
+    "adr-printed": {"preset": "paper", "loser_rule": "printed"},
+    "adr-unanchored": {"preset": "paper", "anchor": False},
+}
+
+
+def variant(name: str) -> ADRModel:
+    """A fresh model of the ADR variant ``name`` (a key of :data:`VARIANTS`)."""
+    return ADRModel(ADRParams.from_mapping(VARIANTS[name]), name=name)
+
+
+def adr_paper() -> ADRModel:
+    """ADR as the paper's §9 configures it (``ADRParams.paper()``), for comparison."""
+    return variant("adr-paper")
+
+
 def adr_printed() -> ADRModel:
-    """ADR with the §4.2 victim update as printed (``loser_rule="printed"``), for comparison."""
-    return ADRModel(ADRParams(loser_rule="printed"), name="adr-printed")
+    """The paper's ADR with the §4.2 victim update as printed (``loser_rule="printed"``)."""
+    return variant("adr-printed")
 
 
 def adr_unanchored() -> ADRModel:
-    """ADR without the scale anchor (``anchor=False``), for comparison."""
-    return ADRModel(ADRParams(anchor=False), name="adr-unanchored")
+    """The paper's ADR without the scale anchor (``anchor=False``)."""
+    return variant("adr-unanchored")

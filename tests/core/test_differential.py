@@ -144,7 +144,7 @@ def small_threshold_params(draw: st.DrawFn, anchor: bool) -> ADRParams:
     """
     mu_min, mu_max = draw(st.sampled_from([(0.0, 4000.0), (950.0, 1050.0)]))
     nu = draw(st.sampled_from([None, 3.0]))
-    return ADRParams(
+    return ADRParams.paper(
         mu_min=mu_min,
         mu_max=mu_max,
         eta_max=draw(st.sampled_from([40.0, 200.0])),
@@ -239,7 +239,7 @@ class TestDifferentialDefaults:
     @SETTINGS
     @given(kills=kill_sequences())
     def test_same_visible_state(self, kills: list[Kill]) -> None:
-        run_both(ADRParams(), kills)
+        run_both(ADRParams.paper(), kills)
 
 
 class TestDifferentialSmallThresholds:
@@ -263,7 +263,7 @@ class TestDifferentialSmallThresholds:
 
 
 ANY_PARAMS = st.one_of(
-    st.just(ADRParams()),
+    st.just(ADRParams.paper()),
     small_threshold_params(anchor=False),
     small_threshold_params(anchor=True),
 )
@@ -320,7 +320,7 @@ class TestInvariants:
     @SETTINGS
     @given(params=ANY_PARAMS, kills=kill_sequences())
     @example(  # a near-tie (4e-6 points) from ordinary play, found by Hypothesis
-        params=ADRParams(delta_max=5.3, t_cooldown=0.0),
+        params=ADRParams.paper(delta_max=5.3, t_cooldown=0.0),
         kills=[Kill("p0", "p1", 0.0), Kill("p0", "p1", 0.0), Kill("p2", "p0", 1.0)],
     )
     def test_ladder_order_is_rating_order(self, params: ADRParams, kills: list[Kill]) -> None:

@@ -22,7 +22,7 @@ def snapshot(eng: Engine) -> list[PlayerView]:
 
 def busy_engine(players: int = 60, events: int = 6000, seed: int = 5, **overrides: object) -> Engine:
     """A server where everyone is active and placed: kills a few seconds apart over ~a day."""
-    eng = Engine(replace(ADRParams(), **overrides))  # type: ignore[arg-type]
+    eng = Engine(replace(ADRParams.paper(), **overrides))  # type: ignore[arg-type]
     rng = random.Random(seed)
     skill = [rng.gauss(0, 1) for _ in range(players)]
     t = T0
@@ -39,7 +39,7 @@ class TestPreprocessing:
     """§2.1 cooldown and the reject rules leave the state untouched."""
 
     def test_repeat_kill_inside_cooldown_is_filtered_and_changes_nothing(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         assert eng.apply("a", "b", T0) is Outcome.APPLIED
         before = snapshot(eng)
         assert eng.apply("a", "b", T0 + 59.9) is Outcome.FILTERED
@@ -48,14 +48,14 @@ class TestPreprocessing:
         assert eng.apply("a", "b", T0 + 60.0) is Outcome.APPLIED
 
     def test_cooldown_is_per_ordered_pair(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         eng.apply("a", "b", T0)
         assert eng.apply("b", "a", T0 + 1) is Outcome.APPLIED
         assert eng.apply("a", "c", T0 + 2) is Outcome.APPLIED
 
     def test_cooldown_memory_holds_only_the_last_window(self) -> None:
         """Pairs older than t_cooldown are forgotten as time goes on, without a sweep."""
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         rng = random.Random(3)
         t = T0
         for _ in range(20_000):
@@ -67,7 +67,7 @@ class TestPreprocessing:
         assert len(eng._cooldown_log) <= 130
 
     def test_cooldown_counts_from_the_last_counted_kill(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         eng.apply("a", "b", T0)
         eng.apply("a", "b", T0 + 50)  # filtered: does not restart the cooldown
         assert eng.apply("a", "b", T0 + 61) is Outcome.APPLIED
@@ -83,20 +83,20 @@ class TestPreprocessing:
     def test_rejects_create_no_players(
         self, attacker: str, victim: str, t: float, outcome: Outcome, reason: str
     ) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         assert eng.apply(attacker, victim, t) is outcome
         assert len(eng) == 0
         assert eng.rejected == {reason: 1}
 
     def test_late_event_within_tolerance_is_applied_at_the_clock(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         eng.apply("a", "b", T0 + 100)
         assert eng.apply("c", "d", T0 + 97) is Outcome.APPLIED
         assert eng.view(eng.ids["c"]).last_t == T0 + 100
         assert eng.late_applied == 1
 
     def test_older_event_is_rejected_out_of_order(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         eng.apply("a", "b", T0 + 100)
         before = snapshot(eng)
         assert eng.apply("a", "c", T0 + 94) is Outcome.OUT_OF_ORDER
@@ -108,7 +108,7 @@ class TestActiveSet:
     """§2.3: n_active counted events within t_active days, else fall back to everyone."""
 
     def test_player_becomes_active_at_the_fifth_event_and_expires_after_seven_days(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         for k in range(5):
             eng.apply("a", f"v{k}", T0 + 100 * k)
         a = eng.ids["a"]
@@ -120,7 +120,7 @@ class TestActiveSet:
         assert eng.active_count == 0
 
     def test_active_mean_falls_back_to_all_players(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         eng.apply("a", "b", T0)
         mean_all = sum(eng.mu(i) for i in range(len(eng))) / len(eng)
         assert eng.active_count == 0
@@ -137,10 +137,10 @@ class TestUpdate:
     """§4 update direction and size."""
 
     def test_first_kill_between_newcomers(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         eng.apply("a", "b", T0)
         a, b = eng.view(eng.ids["a"]), eng.view(eng.ids["b"])
-        p = ADRParams()
+        p = ADRParams.paper()
         base = p.eta_min + (p.eta_max - p.eta_min) * 2 * 350 * 200 / (350**2 + 200**2)
         assert a.mu == pytest.approx(1000 + base * 0.5)
         assert b.mu == pytest.approx(1000 - base * 0.8 * 0.5)
@@ -152,7 +152,7 @@ class TestUpdate:
         """The victim's loss grows with the surprise (1 - P_ab), unlike the printed §4.2 form."""
         losses = {}
         for rule in ("corrected", "printed"):
-            eng = Engine(ADRParams(loser_rule=rule))
+            eng = Engine(ADRParams.paper(loser_rule=rule))
             eng.seed_player("strong", mu=1400, sigma=50, n=100, last_t=T0)
             eng.seed_player("weak", mu=800, sigma=50, n=100, last_t=T0)
             eng.apply("weak", "strong", T0 + 1)  # an upset
@@ -164,13 +164,13 @@ class TestUpdate:
         assert losses["printed"][0] < losses["printed"][1]
 
     def test_change_is_capped_at_delta_max(self) -> None:
-        eng = Engine(ADRParams(eta_max=400.0, delta_max=25.0))
+        eng = Engine(ADRParams.paper(eta_max=400.0, delta_max=25.0))
         eng.apply("a", "b", T0)
         assert eng.last_delta_attacker == pytest.approx(25.0)
         assert eng.last_delta_victim == pytest.approx(-25.0)
 
     def test_rating_is_clipped_to_bounds(self) -> None:
-        eng = Engine(ADRParams(anchor=False))
+        eng = Engine(ADRParams.paper(anchor=False))
         eng.seed_player("top", mu=3995.0, sigma=200, n=50, last_t=T0)
         eng.seed_player("low", mu=3.0, sigma=200, n=50, last_t=T0)
         eng.apply("top", "low", T0 + 1)
@@ -183,7 +183,7 @@ class TestDecay:
     """§5: a long break pulls the rating toward the active mean and widens sigma."""
 
     def test_absent_player_is_pulled_toward_the_mean(self) -> None:
-        p = ADRParams(eta_min=0.0, eta_max=1e-9)  # no learning: only decay moves ratings
+        p = ADRParams.paper(eta_min=0.0, eta_max=1e-9)  # no learning: only decay moves ratings
         eng = Engine(p)
         eng.seed_player("away", mu=1300, sigma=50, n=100, last_t=T0)
         eng.seed_player("other", mu=1000, sigma=50, n=100, last_t=T0 + 30 * DAY)
@@ -198,16 +198,16 @@ class TestReturning:
     """§8: the returning-player safeguards."""
 
     def test_more_than_t_return_days_starts_the_returning_phase(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         eng.seed_player("r", mu=1000, sigma=60, n=100, last_t=T0)
         eng.seed_player("x", mu=1000, sigma=60, n=100, last_t=T0 + 60 * DAY)
         eng.apply("r", "x", T0 + 60 * DAY + 1)
         v = eng.view(eng.ids["r"])
-        assert v.returning_left == ADRParams().returning_events - 1
+        assert v.returning_left == ADRParams.paper().returning_events - 1
         assert v.pool > 0
 
     def test_exactly_t_return_days_is_not_returning(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         eng.seed_player("r", mu=1000, sigma=60, n=100, last_t=T0)
         eng.seed_player("x", mu=1000, sigma=60, n=100, last_t=T0)
         eng.apply("r", "x", T0 + 60 * DAY)
@@ -217,7 +217,7 @@ class TestReturning:
     @pytest.mark.parametrize("release", ["transfer", "literal"])
     def test_pool_after_the_returning_phase(self, release: str) -> None:
         """transfer: the pool drains to exactly zero; literal: what is left stays frozen."""
-        eng = Engine(ADRParams(pool_release=release))  # type: ignore[arg-type]
+        eng = Engine(ADRParams.paper(pool_release=release))
         eng.seed_player("r", mu=1000, sigma=60, n=100, last_t=T0)
         eng.seed_player("x", mu=1500, sigma=60, n=100, last_t=T0 + 61 * DAY)
         t = T0 + 61 * DAY
@@ -227,14 +227,14 @@ class TestReturning:
         if release == "transfer":
             assert pool == 0.0
         else:
-            assert pool == pytest.approx(ADRParams().delta_max)
+            assert pool == pytest.approx(ADRParams.paper().delta_max)
 
 
 class TestTiers:
     """§6 placement, calibration and accumulators."""
 
     def test_placement_needs_n_min_events_and_low_sigma(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         for k in range(14):
             eng.apply("a", f"v{k}", T0 + 100 * k)
         assert eng.view(eng.ids["a"]).tier is None
@@ -243,7 +243,7 @@ class TestTiers:
         assert sum(eng.tier_info().counts) >= 1
 
     def test_initial_boundaries_are_descending_normal_quantiles(self) -> None:
-        b = initial_boundaries(ADRParams())
+        b = initial_boundaries(ADRParams.paper())
         assert len(b) == 14
         assert all(x > y for x, y in itertools.pairwise(b))
         assert b[6] > 1000 > b[7]  # the middle tier 3M straddles mu0
@@ -261,7 +261,7 @@ class TestTiers:
         assert all(abs(g) < 50 for g in target_gap)
 
     def test_accumulators_move_one_tier_at_a_time(self) -> None:
-        eng = Engine(ADRParams(h_req=0.0, n_min=1, sigma_place=400.0))
+        eng = Engine(ADRParams.paper(h_req=0.0, n_min=1, sigma_place=400.0))
         eng.seed_player("x", mu=1000, sigma=60, n=100, last_t=T0)
         eng.apply("a", "x", T0)  # places "a" near mu0 (tier 3M/3L region)
         tiers = [TIER_NAMES.index(eng.view(eng.ids["a"]).tier or "")]
@@ -291,7 +291,7 @@ class TestAnchor:
         assert [eng_anchor.predict(order[0], j) for j in order[1:6]] == pytest.approx(probs)
 
     def test_shift_never_pushes_a_rating_past_the_bounds(self) -> None:
-        eng = Engine()
+        eng = Engine(ADRParams.paper())
         for k in range(30):
             eng.seed_player(f"p{k}", mu=900.0, sigma=60, n=50, last_t=T0)
         eng.seed_player("top", mu=4000.0, sigma=60, n=50, last_t=T0)
@@ -330,8 +330,8 @@ class TestStateExport:
 
         events = event_stream(Population(players=60, days=4, seed=8))
         half = len(events) // 2
-        straight = Engine()
-        first = Engine()
+        straight = Engine(ADRParams.paper())
+        first = Engine(ADRParams.paper())
         for ev in events[:half]:
             straight.feed(*ev)
             first.feed(*ev)
@@ -352,11 +352,11 @@ class TestStateExport:
     def test_structural_parameter_change_is_refused(self) -> None:
         eng = busy_engine(players=10, events=200)
         with pytest.raises(ValueError, match="window_len"):
-            Engine.from_state(eng.export_state(), ADRParams(window_len=10))
+            Engine.from_state(eng.export_state(), ADRParams.paper(window_len=10))
 
     def test_other_parameters_may_change(self) -> None:
         eng = busy_engine(players=10, events=200)
-        resumed = Engine.from_state(eng.export_state(), ADRParams(c_loss=0.9))
+        resumed = Engine.from_state(eng.export_state(), ADRParams.paper(c_loss=0.9))
         assert resumed.params.c_loss == 0.9
         assert snapshot(resumed) == snapshot(eng)
 

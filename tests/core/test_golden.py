@@ -40,7 +40,7 @@ def _close(actual: float, expected: float) -> bool:
 
 def mismatches(vector: dict[str, Any]) -> list[str]:
     """Replay ``vector`` through a fresh Engine; one line per field that differs."""
-    engine = Engine(ADRParams.from_mapping(vector["params"]))
+    engine = Engine(ADRParams.from_mapping({"preset": "paper", **vector["params"]}))
     out: list[str] = []
     for number, step in enumerate(vector["steps"], start=1):
         if "kill" in step:
@@ -90,7 +90,7 @@ class TestFirstKill:
 
     def test_vector_matches_hand_derivation(self) -> None:
         # The closed form of the generator's docstring, from the §9 defaults.
-        p = ADRParams()
+        p = ADRParams.paper()
         step = VECTORS["a_first_kill"]["steps"][0]
         trace = step["trace"]
         d = p.theta + p.lambda_ * p.sigma0  # §3.2 with two players at sigma0

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arenad.core.engine import KERNEL, Engine, Outcome
-from arenad.core.params import ADRParams
+from arenad.core.params import PAPER, ADRParams
 
 # Only where no C compiler exists; test_the_kernel_is_built_where_it_can_be fails where one does.
 needs_kernel = pytest.mark.skipif(not KERNEL, reason="the C update kernel could not be built here")
@@ -42,6 +42,30 @@ PARAM_SETS: list[dict[str, Any]] = [
      "recalibrate_interval": 30.0, "sigma_place": 400.0, "h_req": 3.0, "t_return": 0.02, "tau": 0.05,
      "late_tolerance": 0.0},
 ]  # fmt: skip
+#: The same sets on the paper's §9 configuration, and the issue-14 mechanisms one at a time and
+#: together (arctan with calibration, grace and the cap over decay, repeats and placements learnt).
+PAPER_SETS: list[dict[str, Any]] = [{**PAPER, **s} for s in PARAM_SETS]
+MECHANISM_SETS: list[dict[str, Any]] = [
+    {**PARAM_SETS[1], "link": "arctan", "calibration_memory": 20.0},
+    {**PARAM_SETS[4], "decay_grace": 0.005, "cap_decay": True, "delta_max": 3.0, "sweep_sigma": True},
+    {**PARAM_SETS[4], "decay_grace": 0.01, "sweep_sigma": False, "calibration_memory": 3.0},
+    {**PARAM_SETS[2], "repeat_weight": 0.7, "placement_weight": 0.5, "calibration_memory": 0.0},
+    {
+        **PARAM_SETS[3],
+        "link": "logistic",
+        "placement_weight": 1.0,
+        "repeat_weight": 1.0,
+        "cap_decay": False,
+        "display_cap": False,
+    },
+    {**PARAM_SETS[1], "display_cap": True, "delta_max": 2.0, "sweep_sigma": True, "idle_after": 0.01},
+]
+ALL_SETS = PARAM_SETS + PAPER_SETS + MECHANISM_SETS
+ALL_IDS = (
+    [f"params{i}" for i in range(len(PARAM_SETS))]
+    + [f"paper{i}" for i in range(len(PAPER_SETS))]
+    + [f"mechanism{i}" for i in range(len(MECHANISM_SETS))]
+)
 
 
 def canonical(value: Any) -> Any:
@@ -57,6 +81,10 @@ def canonical(value: Any) -> Any:
 
 def assert_same(native: Engine, py: Engine) -> None:
     assert canonical(native.export_state()) == canonical(py.export_state())
+    got, count = native.recent_predictions()
+    want, count_py = py.recent_predictions()
+    assert count == count_py
+    assert canonical(got.tolist()) == canonical(want.tolist())
     assert native.tier_changes == py.tier_changes
     assert native.ladder_is_consistent()
 
@@ -74,7 +102,7 @@ Event = tuple[str, int, int, float]  # (op, a, b, dt): op "kill", "reset", "swee
 
 events = st.lists(
     st.tuples(
-        st.sampled_from(["kill"] * 12 + ["reset", "roundtrip"]),
+        st.sampled_from(["kill"] * 12 + ["reset", "roundtrip", "placement"]),
         st.integers(0, 9),
         st.integers(0, 9),
         st.sampled_from([0.0, 0.5, 1.0, 3.0, 7.0, 61.0, -1.0, -4.0, -30.0, 900.0, 0.03 * DAY, 2.0 * DAY])
@@ -98,6 +126,10 @@ def run_both(params: ADRParams, stream: list[Event]) -> None:
             native = Engine.from_state(native.export_state(), params, native=True)
             py = Engine.from_state(py.export_state(), params, native=False)
             continue
+        if op == "placement":  # a match of four: Python for both, then the kernel goes on
+            match = ((f"p{a}",), (f"p{b}", f"p{(a + 3) % 10}"), (f"p{(b + 5) % 10}",))
+            assert native.apply_placement(match, t) == py.apply_placement(match, t)
+            continue
         t += dt
         name_a, name_b = f"p{a}", f"p{b}"
         assert native.feed(name_a, name_b, t) is py.feed(name_a, name_b, t)
@@ -106,15 +138,19 @@ def run_both(params: ADRParams, stream: list[Event]) -> None:
 
 
 @needs_kernel
-@pytest.mark.parametrize("overrides", PARAM_SETS, ids=[f"params{i}" for i in range(len(PARAM_SETS))])
-@settings(max_examples=120, deadline=None)
+@pytest.mark.parametrize("overrides", ALL_SETS, ids=ALL_IDS)
+@settings(max_examples=60, deadline=None)
 @given(stream=events)
 def test_same_stream_same_state(overrides: dict[str, Any], stream: list[Event]) -> None:
     run_both(ADRParams(**overrides), stream)
 
 
 @needs_kernel
-@pytest.mark.parametrize("overrides", PARAM_SETS[:2] + PARAM_SETS[4:], ids=["default", "rare-paths", "sweep"])
+@pytest.mark.parametrize(
+    "overrides",
+    [PARAM_SETS[0], PAPER_SETS[0], PARAM_SETS[1], PAPER_SETS[4], *MECHANISM_SETS[1:4]],
+    ids=["default", "paper", "rare-paths", "paper-sweep", "grace-cap", "grace-sweep", "repeats"],
+)
 def test_long_stream_same_state(overrides: dict[str, Any]) -> None:
     """20,000 kills among 300 players with gaps of days (returning players), bursts (cooldown),
     late and too-late events and self-kills: the final states are bit-identical."""

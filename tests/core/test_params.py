@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arenad.core.params import TIER_COUNT, TIER_NAMES, ADRParams
+from arenad.core.params import PAPER, TIER_COUNT, TIER_NAMES, ADRParams
 from arenad.errors import ArenadError, ConfigError, ConfigProblem
 
 Via = Literal["constructor", "from_mapping"]
@@ -52,16 +52,18 @@ FLOAT_KEYS: tuple[str, ...] = (
     "t_cooldown", "theta", "lambda", "tau", "sigma_drift", "t_return", "alpha", "lambda_pool",
     "delta_max", "sigma_place", "t_active", "h_req", "beta", "day_seconds", "initial_spread",
     "recalibrate_interval", "late_tolerance", "idle_after", "sweep_interval",
+    "calibration_memory", "decay_grace", "placement_weight", "repeat_weight",
 )  # fmt: skip
 OPTIONAL_FLOAT_KEYS: tuple[str, ...] = ("nu_min", "nu_max")
 INT_KEYS: tuple[str, ...] = (
     "s_max", "n_min", "n_active", "p_min", "window_len", "return_events", "max_players",
 )  # fmt: skip
-BOOL_KEYS: tuple[str, ...] = ("anchor", "pool_losses", "decay")
+BOOL_KEYS: tuple[str, ...] = ("anchor", "pool_losses", "decay", "cap_decay", "sweep_sigma", "display_cap")
 CHOICE_KEYS: dict[str, tuple[str, ...]] = {
     "loser_rule": ("corrected", "printed"),
     "pool_release": ("transfer", "literal"),
     "player_cap_policy": ("refuse_new",),
+    "link": ("arctan", "logistic"),
 }
 LIST_KEYS: tuple[str, ...] = ("tier_proportions",)
 
@@ -162,6 +164,9 @@ NOT_IN_PAPER_TABLE: frozenset[str] = frozenset(
         "loser_rule", "anchor", "pool_release", "return_events", "pool_losses",
         "initial_spread", "recalibrate_interval", "late_tolerance", "max_players",
         "player_cap_policy", "decay", "idle_after", "sweep_interval",
+        # issue 14: calibration and safeguards (docs/adr.md "Defaults by measurement")
+        "link", "calibration_memory", "decay_grace", "cap_decay", "sweep_sigma", "display_cap",
+        "placement_weight", "repeat_weight",
     }
 )  # fmt: skip
 
@@ -177,13 +182,13 @@ class TestPaperDefaults:
 
     @pytest.mark.parametrize(("key", "symbol", "value"), PAPER_TABLE, ids=[k for k, _, _ in PAPER_TABLE])
     def test_default_is_paper_value(self, key: str, symbol: str, value: float) -> None:
-        actual = getattr(ADRParams(), field_name(key))
+        actual = getattr(ADRParams.paper(), field_name(key))
         assert actual == value, f"{key} ({symbol}): default {actual!r}, paper {value!r}"
         expected_type = int if key in INT_KEYS else float
         assert type(actual) is expected_type
 
     def test_explicit_headline_values(self) -> None:
-        p = ADRParams()
+        p = ADRParams.paper()
         assert (p.mu0, p.mu_min, p.mu_max) == (1000, 0, 4000)
         assert (p.sigma0, p.sigma_min, p.sigma_max, p.gamma, p.sigma_peak) == (350, 10, 400, 100, 200)
         assert (p.eta_min, p.eta_max) == (4, 40)
@@ -234,8 +239,31 @@ class TestPaperDefaults:
         assert p.max_players == 2_000_000
         assert p.player_cap_policy == "refuse_new"
         assert p.decay is True
-        assert p.idle_after == 0.0  # the inactivity sweep is off unless configured
+        assert p.idle_after == 7.0  # the inactivity sweep is on (paper: off)
         assert p.sweep_interval == 86400.0
+
+    def test_defaults_by_measurement(self) -> None:
+        """The defaults that differ from the paper (docs/adr.md) and the paper one name away."""
+        p = ADRParams()
+        assert (p.theta, p.rho_s, p.gamma_phi, p.c_loss) == (150.0, 0.0, 0.0, 1.0)
+        assert (p.link, p.decay_grace, p.cap_decay, p.sweep_sigma) == ("logistic", 7.0, True, False)
+        assert p.calibration_memory > 0
+        assert p.repeat_weight == 0.0  # repeats inside the cooldown stay dropped (burst gain 0)
+        paper = ADRParams.paper()
+        assert {k: getattr(paper, k) for k in PAPER} == PAPER
+        assert all(
+            getattr(p, k) != v for k, v in PAPER.items() if k not in ("repeat_weight", "placement_weight")
+        )
+        assert ADRParams.from_mapping({"preset": "paper"}) == paper
+        assert ADRParams.from_mapping({"preset": "paper", "theta": 300}) == ADRParams.paper(theta=300.0)
+        assert ADRParams.from_mapping({"preset": "default"}) == p
+
+    @pytest.mark.parametrize("bad", ["Paper", "", 1, True, None])
+    def test_unknown_preset_is_named(self, bad: object) -> None:
+        with pytest.raises(ConfigError) as info:
+            ADRParams.from_mapping({"preset": bad, "theta": -1})
+        keys = [q.key for q in info.value.problems]
+        assert keys == ["adr.preset", "adr.theta"]
 
     def test_defaults_have_no_problems(self) -> None:
         assert ADRParams().problems() == []
@@ -490,6 +518,19 @@ _ok("idle_after", "zero", idle_after=0.0)
 _ok("idle_after", "tiny", idle_after=TINY)
 _bad("sweep_interval", "must be > 0 (seconds)", "zero", sweep_interval=0.0)
 _ok("sweep_interval", "tiny", sweep_interval=TINY)
+_bad("calibration_memory", "must be 0 (off) or >= 1 (kills)", "negative", calibration_memory=-TINY)
+_bad("calibration_memory", "must be 0 (off) or >= 1 (kills)", "below-one", calibration_memory=below(1.0))
+_ok("calibration_memory", "zero", calibration_memory=0.0)
+_ok("calibration_memory", "one", calibration_memory=1.0)
+_bad("decay_grace", "must be >= 0 (days)", "negative", decay_grace=-TINY)
+_ok("decay_grace", "zero", decay_grace=0.0)
+_bad("placement_weight", "must lie in [0, 1] (0: kills only)", "negative", placement_weight=-TINY)
+_bad("placement_weight", "must lie in [0, 1] (0: kills only)", "above-one", placement_weight=above(1.0))
+_ok("placement_weight", "one", placement_weight=1.0)
+_bad("repeat_weight", "must lie in [0, 1] (0: the paper's filter)", "negative", repeat_weight=-TINY)
+_bad("repeat_weight", "must lie in [0, 1] (0: the paper's filter)", "above-one", repeat_weight=above(1.0))
+_ok("repeat_weight", "one", repeat_weight=1.0)
+_bad("link", 'must be "arctan" or "logistic"', "other", link="probit")
 # choices and bools (their "range" is the set of allowed values)
 _bad("loser_rule", 'must be "corrected" or "printed"', "other", loser_rule="both")
 _bad("pool_release", 'must be "transfer" or "literal"', "other", pool_release="drain")
@@ -643,7 +684,8 @@ INT_FOR_FLOAT: dict[str, int] = {
     "lambda": 1, "tau": 30, "sigma_drift": 5, "t_return": 60, "alpha": 1, "lambda_pool": 1,
     "delta_max": 60, "sigma_place": 180, "t_active": 7, "h_req": 400, "beta": 1,
     "day_seconds": 86400, "initial_spread": 150, "recalibrate_interval": 300, "late_tolerance": 5,
-    "idle_after": 14, "sweep_interval": 86400,
+    "idle_after": 14, "sweep_interval": 86400, "calibration_memory": 0, "decay_grace": 3,
+    "placement_weight": 1, "repeat_weight": 0,
 }  # fmt: skip
 
 
@@ -933,6 +975,14 @@ SINGLE_KEY_VALID: dict[str, st.SearchStrategy[Any]] = {
     "decay": st.booleans(),
     "idle_after": NON_NEGATIVE,
     "sweep_interval": POSITIVE,
+    "link": st.sampled_from(CHOICE_KEYS["link"]),
+    "calibration_memory": st.one_of(st.just(0.0), num(1.0)),
+    "decay_grace": NON_NEGATIVE,
+    "cap_decay": st.booleans(),
+    "sweep_sigma": st.booleans(),
+    "display_cap": st.booleans(),
+    "placement_weight": num(0.0, 1.0),
+    "repeat_weight": num(0.0, 1.0),
 }
 
 # Exact bounds rather than ``.filter(lambda v: v < 0)``: Hypothesis 6.170 rewrites that filter on
@@ -960,7 +1010,7 @@ SINGLE_KEY_INVALID: dict[str, st.SearchStrategy[Any]] = {
     "sigma_place": num(None, below(10.0)),
 }
 for _k in ("rho_s", "rho_v", "gamma_phi", "lambda", "sigma_drift", "t_cooldown", "h_req", "late_tolerance",
-           "idle_after"):  # fmt: skip
+           "idle_after", "decay_grace"):  # fmt: skip
     SINGLE_KEY_INVALID[_k] = NEGATIVE
 for _k in (
     "gamma", "sigma_peak", "w_ref", "theta", "tau", "t_return", "delta_max", "t_active",
@@ -969,6 +1019,9 @@ for _k in (
     SINGLE_KEY_INVALID[_k] = NON_POSITIVE
 for _k in ("lambda_phi", "c_loss", "lambda_pool", "beta"):
     SINGLE_KEY_INVALID[_k] = st.one_of(NON_POSITIVE, num(above(1.0)))
+SINGLE_KEY_INVALID["calibration_memory"] = num(TINY, below(1.0))
+for _k in ("placement_weight", "repeat_weight"):
+    SINGLE_KEY_INVALID[_k] = st.one_of(NEGATIVE, num(above(1.0)))
 
 
 #: Keys whose rules compare them with another key.

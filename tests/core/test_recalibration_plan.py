@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arenad.core.engine import _FSUM_BELOW, Engine, RecalibrationPlan, _inverted_cdf_index
+from arenad.core.engine import (
+    _FSUM_BELOW,
+    Engine,
+    RecalibrationPlan,
+    _inverted_cdf_index,
+    _inverted_cdf_positions,
+)
 from arenad.core.params import ADRParams
 
 PLAYERS = _FSUM_BELOW + 904  # above the exact-sum size, where the fast path runs
@@ -116,3 +122,41 @@ def test_inverted_cdf_index_at_the_tier_levels(n: int) -> None:
     x = np.random.default_rng(n).permutation(n).astype(np.float64)
     index = _inverted_cdf_index(n, levels)
     assert np.array_equal(np.sort(x)[index], np.quantile(x, levels, method="inverted_cdf"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.booleans(),
+    st.lists(st.floats(-500.0, 4500.0), min_size=1, max_size=300),
+    st.data(),
+)
+def test_the_small_plan_follows_the_reference(
+    anchor: bool, ratings: list[float], data: st.DataObject
+) -> None:
+    """Below _FSUM_BELOW players the plan is computed in plain Python: the same rules as the numpy
+    reference (sums exact instead of pairwise, so equal to within rounding), the same order
+    statistics, the same clamping."""
+    eng = Engine(ADRParams(anchor=anchor, p_min=3))
+    for k in range(len(ratings)):
+        eng._add_player(f"p{k}")
+    eng._r[:] = array("d", ratings)
+    active = data.draw(st.lists(st.booleans(), min_size=len(ratings), max_size=len(ratings)))
+    eng._active[:] = bytes(active)
+    eng._n_active = sum(active)
+    eng.calibrations = data.draw(st.integers(0, 2))
+    small = eng.plan_recalibration_small(5_000.0)
+    ref = eng.plan_recalibration_reference(5_000.0)
+    assert eng.plan_recalibration(5_000.0) == small
+    for name in ("offset", "r_lo", "r_hi", "sum_r_all", "sum_r_active", "sum_sigma"):
+        assert math.isclose(getattr(small, name), getattr(ref, name), rel_tol=1e-12, abs_tol=1e-9), name
+    assert (small.bounds is None) == (ref.bounds is None)
+    if small.bounds is not None and ref.bounds is not None:
+        assert all(
+            math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-9)
+            for a, b in zip(small.bounds, ref.bounds, strict=True)
+        )
+
+
+@given(st.integers(1, 5000), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=14))
+def test_the_python_quantile_positions_are_numpys(n: int, levels: list[float]) -> None:
+    assert _inverted_cdf_positions(n, levels) == _inverted_cdf_index(n, np.asarray(levels)).tolist()

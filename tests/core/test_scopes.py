@@ -346,7 +346,9 @@ class TestEventScopes:
         """Inside a 30-day window a player's rating right before its next event is the stored one,
         however long the gap; the same stream on the global ladder does decay."""
         long = EventWindow("league", start=T0, end=T0 + 30 * DAY)
-        scopes = ScopeSet(PARAMS, ScopeConfig(kinds=("global", "event"), events=(long,)))
+        # The paper's decay (no grace period), so that the global ladder decays at every gap.
+        paper = ADRParams.paper(p_min=8, n_min=5, recalibrate_interval=600.0)
+        scopes = ScopeSet(paper, ScopeConfig(kinds=("global", "event"), events=(long,)))
         rng = random.Random(9)
         t = T0
         decayed = checked = 0

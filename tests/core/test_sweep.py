@@ -57,13 +57,13 @@ def check_invariants(eng: Engine) -> None:
 
 class TestOffByDefault:
     def test_default_params_do_not_sweep(self) -> None:
-        assert ADRParams().idle_after == 0.0
-        assert ADRParams().decay is True
+        assert ADRParams.paper().idle_after == 0.0
+        assert ADRParams.paper().decay is True
 
     def test_no_sweep_leaves_ratings_alone(self) -> None:
         """Without idle_after a recalibration long after everyone's last event moves no rating
         (anchor off, so the recalibration itself has nothing to shift)."""
-        eng = Engine(ADRParams(anchor=False))
+        eng = Engine(ADRParams.paper(anchor=False))
         rng = random.Random(1)
         t = play(eng, [f"p{i}" for i in range(12)], T0, 400, rng)
         before = eng.export_state()
@@ -74,7 +74,7 @@ class TestOffByDefault:
 
     def test_the_same_with_idle_after_does_sweep(self) -> None:
         """The counterpart of the test above, so that one can fail: a sweep would move them."""
-        eng = Engine(ADRParams(anchor=False, idle_after=10.0))
+        eng = Engine(ADRParams.paper(anchor=False, idle_after=10.0))
         rng = random.Random(1)
         t = play(eng, [f"p{i}" for i in range(12)], T0, 400, rng)
         before = eng.export_state()
@@ -91,8 +91,8 @@ class TestOffByDefault:
             i, j = rng.sample(range(15), 2)
             t += rng.choice([5.0, 30.0, 600.0, 3 * DAY])
             stream.append((f"p{i}", f"p{j}", t))
-        plain = Engine(ADRParams())
-        other = Engine(ADRParams(sweep_interval=60.0))
+        plain = Engine(ADRParams.paper())
+        other = Engine(ADRParams.paper(sweep_interval=60.0))
         for a, b, ts in stream:
             assert plain.feed(a, b, ts) is other.feed(a, b, ts)
         s1 = plain.export_state()
@@ -105,7 +105,7 @@ class TestOffByDefault:
 class TestClosedForm:
     # Sweeps are due every 10 days, so no sweep happens while the scenario is played (the first
     # recalibration sweeps nobody); the test then forces one at `now`.
-    PARAMS = ADRParams(idle_after=2.0, sweep_interval=10 * DAY, tau=20.0, sigma_drift=7.0)
+    PARAMS = ADRParams.paper(idle_after=2.0, sweep_interval=10 * DAY, tau=20.0, sigma_drift=7.0)
 
     def scenario(self) -> tuple[Engine, float, dict[str, list[float]]]:
         """Twelve players play on day 0; p0..p4 stop; p5..p11 play on day 1; p5..p8 on day 4;
@@ -176,7 +176,7 @@ class TestClosedForm:
         check_invariants(eng)
 
     def test_idle_means_more_than_idle_after_days(self) -> None:
-        eng = Engine(ADRParams(idle_after=2.0, anchor=False))
+        eng = Engine(ADRParams.paper(idle_after=2.0, anchor=False))
         now = T0 + 10 * DAY
         lasts = {"under": now - 2 * DAY + 1.0, "exact": now - 2 * DAY, "over": now - 2 * DAY - 1.0}
         for name, last in lasts.items():
@@ -252,7 +252,7 @@ class TestClosedForm:
 class TestReturning:
     """A sweep moves ``_last`` but not the real last event: §8 "returning" is unchanged by it."""
 
-    P = ADRParams(idle_after=5.0, sweep_interval=DAY / 2, t_return=60.0)
+    P = ADRParams.paper(idle_after=5.0, sweep_interval=DAY / 2, t_return=60.0)
 
     def stream(self, gap_days: float) -> list[tuple[str, str, float]]:
         rng = random.Random(11)
@@ -316,7 +316,7 @@ class TestDecaySwitch:
         self.run(decay=True)
 
     def run(self, decay: bool) -> None:
-        eng = Engine(ADRParams(decay=decay, idle_after=1.0, sweep_interval=3600.0))
+        eng = Engine(ADRParams.paper(decay=decay, idle_after=1.0, sweep_interval=3600.0))
         rng = random.Random(5)
         names = [f"p{i}" for i in range(8)]
         t = T0
@@ -344,7 +344,7 @@ class TestDecaySwitch:
         check_invariants(eng)
 
     def test_sweep_without_decay_changes_nothing(self) -> None:
-        eng = Engine(ADRParams(decay=False, idle_after=1.0, anchor=False))
+        eng = Engine(ADRParams.paper(decay=False, idle_after=1.0, anchor=False))
         rng = random.Random(6)
         t = play(eng, [f"p{i}" for i in range(10)], T0, 300, rng)
         before = eng.export_state()["columns"]
@@ -355,7 +355,7 @@ class TestDecaySwitch:
 class TestLadder:
     def test_ghost_leaves_the_top(self) -> None:
         """A top player who stops playing sinks toward the mean at the sweep, without an event."""
-        eng = Engine(ADRParams(idle_after=3.0, sweep_interval=DAY, tau=10.0))
+        eng = Engine(ADRParams.paper(idle_after=3.0, sweep_interval=DAY, tau=10.0))
         eng.seed_player("ghost", mu=2500.0, sigma=60.0, n=40, last_t=T0)
         rng = random.Random(8)
         names = [f"p{i}" for i in range(12)]
@@ -375,7 +375,7 @@ class TestLadder:
 
     def test_sweep_moves_tiers_through_the_accumulators(self) -> None:
         """A placed ghost swept far out of its band drops one tier per sweep with h_req = 0."""
-        p = ADRParams(idle_after=1.0, sweep_interval=DAY, tau=5.0, h_req=0.0, n_min=3, p_min=5)
+        p = ADRParams.paper(idle_after=1.0, sweep_interval=DAY, tau=5.0, h_req=0.0, n_min=3, p_min=5)
         eng = Engine(p)
         rng = random.Random(9)
         names = [f"p{i}" for i in range(10)]
@@ -397,7 +397,7 @@ class TestLadder:
 # ---------------------------------------------------------------------------- properties
 GAPS = st.sampled_from([0.5, 3.0, 20.0, 90.0, 3600.0, 0.6 * DAY, 2 * DAY, 9 * DAY, 70 * DAY])
 KILLS = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), GAPS), min_size=60, max_size=400)
-SWEEPY = ADRParams(
+SWEEPY = ADRParams.paper(
     idle_after=0.5, sweep_interval=3 * 3600.0, recalibrate_interval=600.0, p_min=4, n_min=4, n_active=3
 )
 

@@ -243,7 +243,7 @@ def _finite(x: float) -> float:
 
 
 def run(name: str, description: str, overrides: dict[str, Any], steps: list[Step]) -> dict[str, Any]:
-    ref = ReferenceADR(ADRParams.from_mapping(overrides))
+    ref = ReferenceADR(ADRParams.from_mapping({"preset": "paper", **overrides}))
     out_steps: list[dict[str, Any]] = []
     for step in steps:
         entry: dict[str, Any]
