@@ -1,19 +1,22 @@
-"""Command line: ``arenad replay | simulate | check-config | version``."""
+"""Command line: ``arenad replay | simulate | evaluate | tune | check-config | version`` and the rest."""
 
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
 import itertools
 import json
 import math
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from arenad import __version__
+from arenad import __version__, tune
 from arenad.auth import Signer, parse_key
 from arenad.core.events import KillEvent, PlacementEvent
 from arenad.core.params import ADRParams
@@ -34,9 +37,11 @@ from arenad.evaluation.protocol import ModelFactory, evaluate
 from arenad.evaluation.report import build_report, render_markdown, returning_report
 from arenad.evaluation.returning import returning_toy
 from arenad.evaluation.tiers import TierRules
+from arenad.evaluation.truth import Truth
 from arenad.evaluation.walkforward import StreamEvent
 from arenad.feeds import discover_feeds
 from arenad.models import discover_models
+from arenad.models.adr import adr_model
 from arenad.replay import replay_files, replay_log_files, replay_scoped, write_state
 from arenad.scopes import ScopeSet, parse_scope
 from arenad.settings import Settings, load_settings
@@ -143,28 +148,20 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--models", default="adr,elo,elo-dynamic,glicko2,trueskill", help="comma-separated model names"
     )
-    ev.add_argument("--format", default="arenad", help="input format of FILES (arenad or a feed plugin)")
-    ev.add_argument("--feed-option", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument(
-        "--simulate", action="store_true", help="a §10.4 simulated stream (the default without FILES)"
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="TOML settings file: its [adr] section (with [models] primary folded in) replaces the "
+        "defaults of the model named adr, and the quantile tiers of the other models follow its §6 "
+        "numbers. adr-paper, adr-printed, adr-unanchored and the other models keep their own "
+        "parameters; with a --models list without adr, only the tier rules come from FILE",
     )
-    ev.add_argument("--players", type=int, default=50, help="simulate: players P (§10.4)")
-    ev.add_argument("--days", type=int, default=90, help="simulate: days of play")
-    ev.add_argument(
-        "--events", type=int, help="simulate: background kills in all (default: 30 per online player per day)"
+    _add_stream_options(
+        ev,
+        simulate_help="a §10.4 simulated stream (the default without FILES)",
+        files_help="event files (default: a simulated stream)",
     )
-    ev.add_argument("--seed", type=int, default=1, help="simulation seed; also seeds the AUC/ECE orientation")
-    ev.add_argument(
-        "--scenarios",
-        default="all",
-        help="simulate: all (those that fit), none, or a comma list of " + ", ".join(SCENARIOS),
-    )
-    ev.add_argument(
-        "--matches", type=float, default=0.0, metavar="MINUTES",
-        help="simulate: a match-placement event after every MINUTES of play (0: none)",
-    )  # fmt: skip
-    ev.add_argument("--block", type=int, default=500, help="events per block")
-    ev.add_argument("--test-every", type=int, default=5, help="every k-th block is held out")
     ev.add_argument("--out", type=Path, help="write report.json, report.md and PNG plots into this directory")
     ev.add_argument("--no-plots", action="store_true", help="with --out: no PNG plots")
     ev.add_argument(
@@ -173,19 +170,103 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     ev.add_argument("--kills", type=int, default=50, help="returning: consecutive kills")
     ev.add_argument(
-        "--absence-days", type=float, default=61.0,
-        help="days away of the returning player (§10.6) and of the simulated absence (> T_return = 60)",
-    )  # fmt: skip
-    ev.add_argument(
         "--fixed-opponent",
         action="store_true",
         help="returning: hold the opponent's rating (the paper's Elo setup)",
     )
-    ev.add_argument("files", type=Path, nargs="*", help="event files (default: a simulated stream)")
+    _add_tune_parser(sub)
 
     sub.add_parser("plugins", help="list rating models and feed plugins (built-in and entry points)")
     sub.add_parser("version", help="print the version")
     return ap
+
+
+def _add_tune_parser(sub: Any) -> None:
+    tp = sub.add_parser(
+        "tune",
+        help="calibrate ADR's [adr] parameters on your own history (held-out log loss, with constraints)",
+        description="Search [adr] parameters for the lowest held-out log loss on FILES (or a simulation), "
+        "walking forward as evaluate does. Each configuration is also measured on the §10.4 scenario "
+        "stream (200 simulated players with farming, bursts and an absence); one that breaks a "
+        "constraint is listed but never chosen. The best feasible one is written as an [adr] section.",
+    )
+    tp.add_argument(
+        "--params", action="append", required=True, metavar="NAME=LO:HI[:STEPS]",
+        help="a numeric [adr] key and its range (repeatable); STEPS: grid points (default 5)",
+    )  # fmt: skip
+    tp.add_argument(
+        "--method", choices=tune.METHODS, default="nelder-mead", help="search (default nelder-mead)"
+    )
+    tp.add_argument(
+        "--budget", type=int, metavar="N",
+        help="configurations to evaluate besides the base (default: the grid; random 20; nelder-mead 30)",
+    )  # fmt: skip
+    tp.add_argument(
+        "--base-config", type=Path, metavar="FILE",
+        help="start from this settings file's [adr] (default: arenad's defaults); the base is evaluated too",
+    )  # fmt: skip
+    tp.add_argument(
+        "--out", type=Path, metavar="FILE", help="write the chosen configuration as an [adr] section"
+    )
+    tp.add_argument(
+        "--max-farming", type=float, metavar="SD",
+        help="largest farming gain, in sd (default: the median of elo, elo-dynamic, glicko2 and trueskill "
+        "on the scenario stream)",
+    )  # fmt: skip
+    tp.add_argument(
+        "--max-burst", type=float, default=0.0, metavar="SD", help="largest burst gain (default 0)"
+    )
+    tp.add_argument(
+        "--max-tier-changes", type=float, default=15.0, metavar="N",
+        help="most own-tier changes per 1,000 player-events (default 15)",
+    )  # fmt: skip
+    tp.add_argument(
+        "--max-absence-change", type=float, metavar="POINTS",
+        help="largest one-event rating change of the returning player (default: its delta_max)",
+    )  # fmt: skip
+    tp.add_argument(
+        "--max-absence-display", type=float, metavar="POINTS",
+        help="largest one-event change of its display rating mu - 3 sigma (default: its delta_max)",
+    )  # fmt: skip
+    tp.add_argument(
+        "--scenario-events", type=int, default=tune.SCENARIO_EVENTS, metavar="N",
+        help=f"background kills of the scenario stream (default {tune.SCENARIO_EVENTS}; fewer is faster "
+        "and coarser)",
+    )  # fmt: skip
+    _add_stream_options(
+        tp,
+        simulate_help="tune on a §10.4 simulated stream (options as for evaluate) instead of FILES",
+        files_help="event files to tune on (as for evaluate)",
+    )
+
+
+def _add_stream_options(p: argparse.ArgumentParser, *, simulate_help: str, files_help: str) -> None:
+    """The event stream of ``evaluate`` and ``tune``: FILES in a format, or a §10.4 simulation."""
+    p.add_argument("--format", default="arenad", help="input format of FILES (arenad or a feed plugin)")
+    p.add_argument("--feed-option", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--simulate", action="store_true", help=simulate_help)
+    p.add_argument("--players", type=int, default=50, help="simulate: players P (§10.4)")
+    p.add_argument("--days", type=int, default=90, help="simulate: days of play")
+    p.add_argument(
+        "--events", type=int, help="simulate: background kills in all (default: 30 per online player per day)"
+    )
+    p.add_argument("--seed", type=int, default=1, help="simulation seed; also seeds the AUC/ECE orientation")
+    p.add_argument(
+        "--scenarios",
+        default="all",
+        help="simulate: all (those that fit), none, or a comma list of " + ", ".join(SCENARIOS),
+    )
+    p.add_argument(
+        "--matches", type=float, default=0.0, metavar="MINUTES",
+        help="simulate: a match-placement event after every MINUTES of play (0: none)",
+    )  # fmt: skip
+    p.add_argument(
+        "--absence-days", type=float, default=61.0,
+        help="days away of the returning player (§10.6) and of the simulated absence (> T_return = 60)",
+    )  # fmt: skip
+    p.add_argument("--block", type=int, default=500, help="events per block")
+    p.add_argument("--test-every", type=int, default=5, help="every k-th block is held out")
+    p.add_argument("files", type=Path, nargs="*", help=files_help)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,6 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plugins()
         if args.command == "evaluate":
             return _evaluate(args)
+        if args.command == "tune":
+            return _tune(args, list(sys.argv[1:] if argv is None else argv))
         if args.command == "check-config":
             load_settings(args.file)
             print(f"{args.file}: ok")
@@ -319,44 +402,27 @@ def _evaluate(args: argparse.Namespace) -> int:
         )
         return 2
     factories = {name: known[name] for name in names}
+    configured = load_settings(args.config).adr if args.config is not None else None
+    notes: list[str] = []
+    if configured is not None:
+        if "adr" in factories:
+            factories["adr"] = functools.partial(adr_model, configured)
+            notes.append(f"adr rates with the [adr] section of {args.config}")
+        else:
+            notes.append(f"--config: no adr in --models, so {args.config} only sets the tier rules")
     if args.returning:
         if args.files or args.simulate:
             print("arenad evaluate: --returning takes no FILES and no --simulate", file=sys.stderr)
             return 2
         return _evaluate_returning(args, factories)
-    if args.files and args.simulate:
-        print("arenad evaluate: give FILES or --simulate, not both", file=sys.stderr)
+    try:
+        stream = _read_stream(args)
+    except _RefusedError as e:
+        print(f"arenad evaluate: {e}", file=sys.stderr)
         return 2
-    truth = None
-    notes: list[str] = []
-    if args.files:
-        events: list[StreamEvent] = list(_file_events(args))
-        source = [str(f) for f in args.files]
-        late = sum(_time_of(b) < _time_of(a) for a, b in itertools.pairwise(events))
-        if late:
-            # Models with a clock (ADR) refuse events far older than the newest one, models without
-            # one take them as they come: time order is the one order every model reads the same way.
-            events.sort(key=_time_of)
-            notes.append(f"{late} events came earlier than the one before them; all were put in time order")
-    else:
-        try:
-            plan = _scenario_plan(args.scenarios, args.absence_days)
-            pop = Population(players=args.players, days=args.days, seed=args.seed, events=args.events)
-            simulated = simulate_stream(pop, plan)
-            events = list(simulated.events)
-            if args.matches > 0:
-                events = list(placements_from_kills(simulated.events, 60.0 * args.matches))
-        except ValueError as e:
-            print(f"arenad evaluate: {e}", file=sys.stderr)
-            return 2
-        truth = simulated.truth
-        size = f"{args.events} background kills" if args.events is not None else "30 kills per player-day"
-        scenarios = ", ".join(s for s in plan.scenarios if s not in truth.skipped) or "none"
-        source = [f"simulated (§10.4): {args.players} players, {args.days} days, {size}, seed {args.seed}, "
-                  f"scenarios: {scenarios}"]  # fmt: skip
-        for name, why in truth.skipped.items():
-            notes.append(f"scenario {name} skipped: {why}")
-    rules = TierRules.from_params(ADRParams())
+    events, truth, source = stream.events, stream.truth, stream.source
+    notes = stream.notes + notes
+    rules = TierRules.from_params(configured or ADRParams())
     evaluation = evaluate(
         factories,
         events,
@@ -407,6 +473,55 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+class _RefusedError(Exception):
+    """Options the command refuses (exit 2); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    """The events of ``evaluate`` or ``tune``, what a simulation hides, and where they came from."""
+
+    events: list[StreamEvent]
+    truth: Truth | None
+    source: list[str]
+    notes: list[str]
+
+
+def _read_stream(args: argparse.Namespace, *, simulate_by_default: bool = True) -> _Stream:
+    """FILES (as ``_file_events`` reads them, in time order) or the §10.4 simulation of the options."""
+    if args.files and args.simulate:
+        raise _RefusedError("give FILES or --simulate, not both")
+    if not args.files and not args.simulate and not simulate_by_default:
+        raise _RefusedError("give event FILES to tune on, or --simulate")
+    notes: list[str] = []
+    if args.files:
+        events: list[StreamEvent] = list(_file_events(args))
+        late = sum(_time_of(b) < _time_of(a) for a, b in itertools.pairwise(events))
+        if late:
+            # Models with a clock (ADR) refuse events far older than the newest one, models without
+            # one take them as they come: time order is the one order every model reads the same way.
+            events.sort(key=_time_of)
+            notes.append(f"{late} events came earlier than the one before them; all were put in time order")
+        return _Stream(events, None, [str(f) for f in args.files], notes)
+    try:
+        plan = _scenario_plan(args.scenarios, args.absence_days)
+        pop = Population(players=args.players, days=args.days, seed=args.seed, events=args.events)
+        simulated = simulate_stream(pop, plan)
+        events = list(simulated.events)
+        if args.matches > 0:
+            events = list(placements_from_kills(simulated.events, 60.0 * args.matches))
+    except ValueError as e:
+        raise _RefusedError(str(e)) from e
+    truth = simulated.truth
+    size = f"{args.events} background kills" if args.events is not None else "30 kills per player-day"
+    scenarios = ", ".join(s for s in plan.scenarios if s not in truth.skipped) or "none"
+    source = [f"simulated (§10.4): {args.players} players, {args.days} days, {size}, seed {args.seed}, "
+              f"scenarios: {scenarios}"]  # fmt: skip
+    for name, why in truth.skipped.items():
+        notes.append(f"scenario {name} skipped: {why}")
+    return _Stream(events, truth, source, notes)
+
+
 _PRINTED_PREDICTION = (
     "online_log_loss", "online_brier", "online_auc", "online_ece", "online_accuracy",
     "heldout_log_loss", "heldout_auc", "heldout_n",
@@ -439,6 +554,102 @@ def _scenario_plan(text: str, absence_days: float) -> ScenarioPlan:
         return ScenarioPlan(scenarios=())
     names = tuple(s.strip() for s in value.split(",") if s.strip())
     return ScenarioPlan(scenarios=names, absence_days=absence_days, strict=True)
+
+
+def _tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    base = load_settings(args.base_config).adr
+    space = tune.parse_dimensions(args.params, base)
+    try:
+        budget = tune.resolve_budget(space, args.method, args.budget)
+        if args.scenario_events < 1000:
+            raise ValueError(f"--scenario-events {args.scenario_events}: at least 1000")
+        stream = _read_stream(args, simulate_by_default=False)
+    except (ValueError, _RefusedError) as e:
+        print(f"arenad tune: {e}", file=sys.stderr)
+        return 2
+    events = stream.events
+    if len(events) < args.block * args.test_every:
+        print(
+            f"arenad tune: no held-out block: {len(events)} events, fewer than "
+            f"--block × --test-every = {args.block * args.test_every}",
+            file=sys.stderr,
+        )
+        return 2
+    scenario = tune.scenario_stream(args.seed, args.scenario_events)
+    farming = args.max_farming
+    farming_note = ""
+    if farming is None:
+        farming = tune.baseline_farming(args.seed, args.scenario_events)
+        farming_note = f" (the median of {', '.join(tune.BASELINES)})"
+    limits = tune.Limits(
+        farming, args.max_burst, args.max_tier_changes, args.max_absence_change, args.max_absence_display
+    )
+    where = (
+        f"§10.4 scenario stream: {tune.SCENARIO_PLAYERS} players, {tune.SCENARIO_DAYS} days, "
+        f"{args.scenario_events} background kills, seed {args.seed}"
+    )
+    print(f"{len(events)} events from {', '.join(stream.source)}; every {args.test_every}th block of "
+          f"{args.block} held out")  # fmt: skip
+    print(f"constraints, on the {where}:")
+    for line in limits.describe(farming_note):
+        print(f"  {line}")
+    score = tune.scorer(
+        base,
+        events,
+        block=args.block,
+        test_every=args.test_every,
+        seed=args.seed,
+        stream=scenario,
+        limits=limits,
+    )
+    start = {d.key: base.to_mapping().get(d.key) for d in space}
+    began = time.perf_counter()
+    trials = tune.search(space, score, method=args.method, budget=budget, start=start, seed=args.seed)
+    elapsed = time.perf_counter() - began
+    rows = tune.table_rows(trials, space)
+    print(format_table(rows, list(rows[0])))
+    print(f"{len(trials)} configurations in {elapsed:.1f} s ({elapsed / len(trials):.1f} s each)")
+    for note in stream.notes:
+        print(f"note: {note}")
+    chosen = tune.best(trials)
+    if chosen is None:
+        broken = collections.Counter(k for t in trials for k in t.scores.violated)
+        why = ", ".join(
+            f"{key} by {n} of {len(trials)}" + (f" ({_TUNE_FLAGS[key]})" if key in _TUNE_FLAGS else "")
+            for key, n in broken.most_common()
+        )
+        print(
+            f"arenad tune: no configuration meets every constraint ({why}); nothing chosen", file=sys.stderr
+        )
+        return 1
+    params = tune.with_base(base, chosen.config)
+    s = chosen.scores
+    label = "the base" if chosen.index == 0 else f"trial {chosen.index}"
+    changes = ", ".join(f"{k} = {v!r}" for k, v in chosen.config.items()) or "as the base"
+    print(f"chosen: {label} ({changes}): held-out log loss {s.objective:.6f}")
+    if args.out is not None:
+        header = [
+            f"arenad tune {__version__}: {label} of {len(trials)}, on {', '.join(stream.source)}",
+            f"held-out log loss {s.objective:.6f} (ECE {s.values['heldout_ece']:.4f}, "
+            f"AUC {s.values['heldout_auc']:.4f}; base {trials[0].scores.objective:.6f}), "
+            f"block {args.block}, test_every {args.test_every}, seed {args.seed}",
+            f"constraints on the {where}:",
+            *(f"  {line}" for line in tune.measured(s, limits.constraints(params))),
+            "command: " + shlex.join(["arenad", *argv]),
+        ]
+        args.out.write_text(tune.adr_section(params, header), encoding="utf-8")
+        print(f"wrote {args.out}")
+    return 0
+
+
+#: The option that sets each constraint's limit, for the message when nothing was feasible.
+_TUNE_FLAGS = {
+    "farming_gain": "--max-farming",
+    "burst_gain": "--max-burst",
+    "tier_changes_per_1k": "--max-tier-changes",
+    "absence_rating_change": "--max-absence-change",
+    "absence_display_change": "--max-absence-display",
+}
 
 
 def _evaluate_returning(args: argparse.Namespace, factories: dict[str, ModelFactory]) -> int:
@@ -508,8 +719,10 @@ def _file_events(args: argparse.Namespace) -> Iterator[StreamEvent]:
 
 
 _MODEL_NOTES = {
-    "adr-printed": "ADR with the literal §4.2 victim update (loser_rule = printed), for comparison.",
-    "adr-unanchored": "ADR without the scale anchor (anchor = false), for comparison.",
+    "adr": "ADR with arenad's defaults (ADRParams(); evaluate --config FILE rates its [adr] instead).",
+    "adr-paper": "ADR as the paper's §9 sets it (preset = paper: arctan link, theta 400, ...).",
+    "adr-printed": "adr-paper with the literal §4.2 victim update (loser_rule = printed), for comparison.",
+    "adr-unanchored": "adr-paper without the scale anchor (anchor = false), for comparison.",
 }
 
 

@@ -17,7 +17,7 @@ from typing import IO, Any
 from arenad.core.engine import REJECT_REASONS, Engine, Outcome
 from arenad.core.events import KillEvent, PlacementEvent, Reject
 from arenad.core.params import ADRParams
-from arenad.decode import iter_file
+from arenad.decode import DecodedRow, decode_json_rows, iter_file, looks_like_json
 from arenad.errors import InputError
 from arenad.feeds import FeedPlugin, NonKill
 from arenad.scopes import ScopeSet
@@ -30,7 +30,7 @@ class ReplaySummary:
     filtered: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     players: int = 0
-    #: Match-placement events read (ADR does not rate them).
+    #: Match-placement events read (rated at ADRParams.placement_weight).
     placements: int = 0
     seconds: float = 0.0
     #: Log formats only: lines read, player kills, and deaths that are not pairwise kills.
@@ -71,7 +71,8 @@ def replay_events(engine: Engine, events: Iterable[KillEvent | PlacementEvent | 
             rejected[ev.reason.value] += 1
             continue
         if isinstance(ev, PlacementEvent):
-            summary.placements += 1  # a match result: ADR rates kills only
+            summary.placements += 1  # a match result: its pairs at placement_weight
+            engine.apply_placement(ev.placements, ev.t)
             continue
         summary.count(engine.feed(ev.attacker, ev.victim, ev.t))
     summary.seconds = time.perf_counter() - started
@@ -79,14 +80,68 @@ def replay_events(engine: Engine, events: Iterable[KillEvent | PlacementEvent | 
     return summary
 
 
+#: Kills handed to ``Engine.feed_many`` at once by the batch replay.
+BATCH = 65_536
+
+
 def replay_files(paths: Iterable[Path], params: ADRParams) -> tuple[Engine, ReplaySummary]:
+    """Replay arenad event files (JSON lines or msgpack) in batches: kills are collected into
+    parallel lists and fed by ``Engine.feed_many`` (the C kernel while no recalibration is due);
+    a placement or a refusal first flushes the kills before it, so the order is the file's and
+    the result is exactly ``replay_events`` of the same files (tests/test_replay_batch.py)."""
     engine = Engine(params)
+    summary = ReplaySummary()
+    rejected = summary.rejected
+    attackers: list[str] = []
+    victims: list[str] = []
+    times: list[float] = []
 
-    def events() -> Iterator[KillEvent | PlacementEvent | Reject]:
-        for path in paths:
-            yield from iter_file(path)
+    def flush() -> None:
+        applied, filtered, others = engine.feed_many(attackers, victims, times)
+        summary.applied += applied
+        summary.filtered += filtered
+        for outcome in others:
+            summary.count(outcome)
+        attackers.clear()
+        victims.clear()
+        times.clear()
 
-    return engine, replay_events(engine, events())
+    started = time.perf_counter()
+    for path in paths:
+        for item in _rows(path):
+            summary.events += 1
+            if type(item) is tuple:
+                t, attacker, victim = item[0], item[1], item[2]
+                attackers.append(attacker)
+                victims.append(victim)
+                times.append(t)
+                if len(times) >= BATCH:
+                    flush()
+                continue
+            flush()
+            if isinstance(item, Reject):
+                rejected[item.reason.value] += 1
+            elif isinstance(item, PlacementEvent):
+                summary.placements += 1
+                engine.apply_placement(item.placements, item.t)
+            else:
+                assert isinstance(item, KillEvent)
+                summary.count(engine.feed(item.attacker, item.victim, item.t))
+    flush()
+    summary.seconds = time.perf_counter() - started
+    summary.players = len(engine)
+    return engine, summary
+
+
+def _rows(path: Path) -> Iterator[DecodedRow]:
+    """A file's events, kills of the common shape as rows (``decode_json_rows``) for JSON lines."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror or e}") from e
+    if looks_like_json(data):
+        return decode_json_rows(data)
+    return iter_file(path)
 
 
 def replay_log_files(
@@ -119,7 +174,8 @@ def replay_log_files(
                     summary.events += 1
                     summary.rejected[item.reason.value] += 1
                 elif isinstance(item, PlacementEvent):
-                    summary.placements += 1  # a match's final scores: ADR rates kills only
+                    summary.placements += 1  # a match's final scores, at placement_weight
+                    engine.apply_placement(item.placements, item.t)
                 elif isinstance(item, NonKill):
                     counts[_NONKILL_KEYS.get(item.kind, item.kind)] += 1
     summary.seconds = time.perf_counter() - started
@@ -149,6 +205,10 @@ def replay_scoped(events: Iterable[KillEvent | PlacementEvent | Reject], scopes:
             summary.rejected[ev.reason.value] += 1
         elif isinstance(ev, PlacementEvent):
             summary.placements += 1
+            if not (
+                scopes.exclusions and scopes.exclusions.excludes_placement(ev.placements, ev.t, ev.server)
+            ):
+                scopes.feed_placement(ev.placements, ev.t, ev.server)
         else:
             outcome = scopes.feed(ev.attacker, ev.victim, ev.t, ev.server)
             if outcome is None:

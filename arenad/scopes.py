@@ -295,15 +295,19 @@ class ScopeSet:
         if self.exclusions and self.exclusions.excludes(attacker, victim, t, server):
             self.excluded += 1
             return None
+        return self._route(t, server, attacker != victim)
+
+    def _route(self, t: float, server: str | None, pairwise: bool) -> list[Engine]:
+        """``targets`` after the exclusion rules: ``pairwise`` is false for a self-kill."""
         g = self.engines["global"]
         out = [g]
         cfg = self.config
         if len(cfg.kinds) == 1:
             return out
-        valid = attacker != victim and math.isfinite(t) and t >= g.clock - self.params.late_tolerance
+        valid = pairwise and math.isfinite(t) and t >= g.clock - self.params.late_tolerance
         # A new server or event scope is judged by its own (fresh, clockless) engine, which rates a
         # kill the global ladder refuses as out of order: so it equals a plain replay of its kills.
-        fresh = attacker != victim and math.isfinite(t)
+        fresh = pairwise and math.isfinite(t)
         if cfg.on("server") and server is not None:
             key = "server:" + server
             eng = self.engines.get(key)
@@ -339,6 +343,17 @@ class ScopeSet:
         for eng in engines[1:]:
             eng.feed(attacker, victim, t)
         return outcome
+
+    def feed_placement(self, placements: Sequence[Sequence[str]], t: float, server: str | None) -> int:
+        """A finished match into every scope it belongs to, as a kill at ``t`` on ``server`` would
+        be routed (``Engine.apply_placement``: its pairs at ADRParams.placement_weight, known
+        players only); returns the pairs the global ladder learnt. Exclusion rules are the
+        caller's (``Exclusions.excludes_placement``), as for the journal's other readers."""
+        engines = self._route(t, server, True)
+        learnt = engines[0].apply_placement(placements, t)
+        for eng in engines[1:]:
+            eng.apply_placement(placements, t)
+        return learnt
 
     def reconfigure(self, config: ScopeConfig) -> None:
         """New windows, seasons or calendar (the admin ``reload``); kinds stay as they are."""

@@ -121,16 +121,22 @@ def _primary_params(
     overrides = PRIMARY_MODELS.get(primary) if isinstance(primary, str) else None
     if not overrides:
         return adr  # plain "adr", or an unknown primary (ModelsSettings reports that)
+    # A paper variant fixes every parameter of its preset: [adr] may repeat them, not change them.
+    hint = (
+        ' (or primary = "adr" with [adr] preset = "paper" and your changes)' if "preset" in overrides else ""
+    )
     for key, value in overrides.items():
         if key in adr_table and adr_table[key] != value:
             problems.append(
                 ConfigProblem(
                     "models.primary",
                     primary,
-                    f"sets adr.{key} = {value!r}, but [adr] sets {key} = {adr_table[key]!r}: remove one",
+                    f"sets adr.{key} = {value!r}, but [adr] sets {key} = {adr_table[key]!r}: remove one"
+                    + hint,
                 )
             )
-    return replace(adr, **overrides)  # type: ignore[arg-type]
+    params = {k: v for k, v in overrides.items() if k != "preset"}
+    return replace(adr, **params)  # type: ignore[arg-type]
 
 
 def load_settings(path: Path | str | None) -> Settings:

@@ -583,10 +583,13 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     {
         double *disp = dcol(col[C_DISP]);
         double rn[2] = {ra_new, rb_new}, sn[2] = {sa_new, sb_new};
+        double ro[2] = {ra_old, rb_old}, so[2] = {sa_old, sb_old};
+        int64_t back[2] = {ret_a, ret_b};
         for (int side = 0; side < 2; side++) {
             Py_ssize_t i = players[side];
-            if (self->display_cap) { /* the display's step bounded by delta_max */
-                double d = disp[i];
+            double d = disp[i];
+            /* bounded while returning (§8) or still catching up after a return */
+            if (self->display_cap && (back[side] || d != ro[side] - DISPLAY_K * so[side])) {
                 double step = rn[side] - DISPLAY_K * sn[side] - d;
                 disp[i] = d + (step > dmax ? dmax : step < -dmax ? -dmax : step);
             } else {

@@ -744,16 +744,20 @@ class Engine:
         r_arr[b] = rb_new
         s_arr[a] = sa_new
         s_arr[b] = sb_new
+        # The display mu - 3 sigma: its step bounded by delta_max while the player is returning
+        # (§8) or its display is still catching up after a return (ADRParams.display_cap).
         disp = self._disp
-        if display_cap:  # the display's step bounded by delta_max (ADRParams.display_cap)
-            d = disp[a]
+        d = disp[a]
+        if display_cap and (ret_a or d != ra_old - DISPLAY_K * sa_old):
             step = ra_new - DISPLAY_K * sa_new - d
             disp[a] = d + (dmax if step > dmax else -dmax if step < -dmax else step)
-            d = disp[b]
+        else:
+            disp[a] = ra_new - DISPLAY_K * sa_new
+        d = disp[b]
+        if display_cap and (ret_b or d != rb_old - DISPLAY_K * sb_old):
             step = rb_new - DISPLAY_K * sb_new - d
             disp[b] = d + (dmax if step > dmax else -dmax if step < -dmax else step)
         else:
-            disp[a] = ra_new - DISPLAY_K * sa_new
             disp[b] = rb_new - DISPLAY_K * sb_new
         self._sum_sigma = sum_sigma - sa - sb + sa_new + sb_new
         self._sum_r_all += ra_new - ra_old + rb_new - rb_old
@@ -834,11 +838,13 @@ class Engine:
         if w:
             self._learn_pair(a, b, t, w * since / self.params.t_cooldown, z)
 
-    def _redisplay(self, i: int) -> None:
-        """Player i's display after a change outside an event (sweep, clamp, season, pair)."""
+    def _redisplay(self, i: int, old_target: float) -> None:
+        """Player i's display after a change outside an event (sweep, clamp, season, pair), by
+        the rule of ``_apply_py``: bounded while returning or catching up, else mu - 3 sigma.
+        ``old_target`` is mu - 3 sigma (internal units) before the change."""
         target = self._r[i] - DISPLAY_K * self._sigma[i]
-        if self.params.display_cap:
-            d = self._disp[i]
+        d = self._disp[i]
+        if self.params.display_cap and (self._ret[i] or d != old_target):
             dmax = self.params.delta_max
             step = target - d
             self._disp[i] = d + (dmax if step > dmax else -dmax if step < -dmax else step)
@@ -873,6 +879,7 @@ class Engine:
             changes.append((i, new))
         for i, new in changes:
             old = r[i]
+            was = old - DISPLAY_K * s[i]
             d = new - old
             sg = 1.0 / sqrt(1.0 / (s[i] * s[i] + d * d) + k[21])
             sg = p.sigma_min if sg < p.sigma_min else p.sigma_max if sg > p.sigma_max else sg
@@ -884,17 +891,26 @@ class Engine:
                 if self._active[i]:
                     self._sum_r_active += d
                 self._ladder.move(-old, -new, i)
-            self._redisplay(i)
+            self._redisplay(i, was)
 
     def apply_placement(self, placements: Sequence[Sequence[str]], t: float) -> int:
         """Learn a finished match (seed 001 §2): every (better, worse) pair of players in
         different groups at ``placement_weight / (players - 1)``, from the ratings before the
-        match, known players only. Returns the pairs learnt (0 when placement_weight is 0)."""
+        match. A player seen for the first time joins (§2.2), as at a kill, while the player cap
+        leaves room; one placed twice is a ValueError (the decoders refuse such a match). The
+        clock does not move and nothing is counted: a match is not a kill (docs/adr.md).
+        Returns the pairs learnt (0 when placement_weight is 0 or the time is too late)."""
         p = self.params
+        flat = [x for g in placements for x in g]
+        if len(set(flat)) != len(flat):
+            raise ValueError("a player is placed twice in one match")
         w = p.placement_weight
-        if not w or not isfinite(t) or t < self.clock - p.late_tolerance:
+        if not w or len(flat) < 2 or not isfinite(t) or t < self.clock - p.late_tolerance:
             return 0
         ids = self.ids
+        for x in flat:
+            if x not in ids and len(self.names) < self._max_players:
+                self._add_player(x)
         groups = [[ids[x] for x in g if x in ids] for g in placements]
         size = sum(len(g) for g in groups)
         if size < 2:
@@ -1224,8 +1240,8 @@ class Engine:
             move = self._ladder.move
             for i, old in zip(moved_ids, moved_old, strict=True):
                 move(-old, -rr[i], i)
-        for i in idle.tolist():
-            self._redisplay(i)
+        for i, r_was, s_was in zip(idle.tolist(), old_r.tolist(), old_s.tolist(), strict=True):
+            self._redisplay(i, r_was - DISPLAY_K * s_was)
         tier = self._tier
         bounds = self._bounds
         for i in moved_ids:
@@ -1270,12 +1286,13 @@ class Engine:
         lo, hi = self._r_lo, self._r_hi
         smax = p.sigma_max
         for i in range(size):
+            was = rr[i] - DISPLAY_K * ss[i]
             k = tier[i] or 1 + bisect_left(neg, -rr[i])
             r = (1.0 - lam) * rr[i] + lam * anchors[k - 1]
             rr[i] = lo if r < lo else hi if r > hi else r
             s = alpha * ss[i]
             ss[i] = s if s < smax else smax
-            self._redisplay(i)
+            self._redisplay(i, was)
         self._tier = bytearray(size)
         self._tier_counts = [0] * (TIER_COUNT + 1)
         self._h = array("d", bytes(8 * size))
@@ -1473,7 +1490,7 @@ class Engine:
                 if (old <= target) if hi_side else (old >= target):
                     break
                 r[i] = target
-                self._redisplay(i)
+                self._redisplay(i, old - DISPLAY_K * self._sigma[i])
                 ladder.move(-old, -target, i)
                 self._sum_r_all += target - old
                 if self._active[i]:

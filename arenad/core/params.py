@@ -48,7 +48,7 @@ class ADRParams:
     sigma_max: float = 400.0
     gamma: float = 100.0
     # §8.1 peak-shaped base learning rate (replaces the K_sigma form of §4.1)
-    sigma_peak: float = 200.0
+    sigma_peak: float = 250.0  # paper §9: 200 (docs/adr.md "Defaults by measurement")
     eta_min: float = 4.0
     eta_max: float = 40.0
     # §4.1 rate modifiers
@@ -62,7 +62,7 @@ class ADRParams:
     # §2.1 cooldown, seconds
     t_cooldown: float = 60.0
     # §3.2 diffusion: D = theta + lambda * mean sigma
-    theta: float = 150.0  # paper §9: 400
+    theta: float = 200.0  # paper §9: 400
     lambda_: float = 0.5
     # §5 decay: tau in days, sigma_drift per day
     tau: float = 30.0
@@ -80,7 +80,7 @@ class ADRParams:
     t_active: float = 7.0  # days
     n_active: int = 5
     p_min: int = 20
-    h_req: float = 400.0
+    h_req: float = 250.0  # paper §9: 400
     beta: float = 0.2
     window_len: int = 20  # the paper's L
     tier_proportions: tuple[float, ...] = field(default_factory=_uniform)  # the paper's p_k
@@ -138,7 +138,7 @@ class ADRParams:
     sweep_sigma: bool = False
     #: Match placements (seed 001 §2): each (better, worse) pair of a finished match is an
     #: update at this weight divided by (players - 1). 0 = kills only (the paper).
-    placement_weight: float = 0.0
+    placement_weight: float = 1.0
     #: The display rating mu - 3 sigma (seed 002's conservative rating) moves by at most
     #: delta_max per event, like the rating (§8.4): sigma collapsing at a player's first kill
     #: back would otherwise move it by 3 * (its drop). false: exactly mu - 3 sigma (the paper).
@@ -387,6 +387,8 @@ _DEFAULTS: dict[str, Any] = {
 #: The paper's §9 values (and its mechanisms alone) for every field whose default arenad chose
 #: by measurement (docs/adr.md "Defaults by measurement"): ``preset = "paper"`` starts from these.
 PAPER: dict[str, Any] = {
+    "sigma_peak": 200.0,
+    "h_req": 400.0,
     "rho_s": 0.15,
     "gamma_phi": 0.3,
     "c_loss": 0.8,

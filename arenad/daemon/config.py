@@ -17,8 +17,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from arenad.auth import KEY_ID_PATTERN
+from arenad.core.params import PAPER
 from arenad.errors import ConfigProblem
 from arenad.models import discover_models, is_offline
+from arenad.models.adr import VARIANTS
 from arenad.scopes import (
     NAME_PATTERN,
     RESET_PRESETS,
@@ -385,13 +387,20 @@ class LogSettings:
         return out
 
 
-#: The ADR variants the primary model may be, with the ``[adr]`` parameters each one sets
-#: (the same variants as ``arenad.models.adr``: ``adr_printed``, ``adr_unanchored``).
-PRIMARY_MODELS: dict[str, dict[str, object]] = {
-    "adr": {},
-    "adr-printed": {"loser_rule": "printed"},
-    "adr-unanchored": {"anchor": False},
-}
+def _implied(keys: Mapping[str, object]) -> dict[str, object]:
+    """A variant's ``[adr]`` keys with its preset spelled out: each parameter the preset sets."""
+    out: dict[str, object] = {}
+    if keys.get("preset") == "paper":
+        out.update({"preset": "paper", **PAPER})
+    out.update(keys)
+    return out
+
+
+#: The ADR variants the primary model may be, with every ``[adr]`` key each one sets: the model
+#: plugins' variants (``arenad.models.adr.VARIANTS``), a preset expanded into its parameters, so
+#: ``adr-printed`` is the paper's §9 configuration (``PAPER``) plus ``loser_rule = "printed"``.
+#: ``preset`` is listed too: ``[adr] preset = "default"`` contradicts a paper variant.
+PRIMARY_MODELS: dict[str, dict[str, object]] = {name: _implied(keys) for name, keys in VARIANTS.items()}
 #: Largest ``[models] window``: the scores are computed over the window at every scrape, in
 #: O(window log window) per model on the event loop (about 1 ms per model at 10,000 predictions,
 #: 20 ms at 100,000), and queries wait meanwhile.

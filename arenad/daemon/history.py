@@ -282,7 +282,8 @@ def apply_record(scopes: ScopeSet, rec: JournalRecord) -> None:
         scopes.feed(attacker, victim, t, server)
     elif isinstance(rec, ControlRecord):
         apply_control(scopes, rec)
-    # A PlacementRecord: ADR does not rate match placements.
+    elif not (scopes.exclusions and scopes.exclusions.excludes_placement(rec.placements, rec.t, rec.server)):
+        scopes.feed_placement(rec.placements, rec.t, rec.server)  # a match, as in Daemon._apply
 
 
 def apply_control(scopes: ScopeSet, rec: ControlRecord) -> None:

@@ -42,7 +42,7 @@ from typing import Any, cast
 import orjson
 import structlog
 
-from arenad.core.engine import Engine
+from arenad.core.engine import DISPLAY_K, Engine
 from arenad.core.events import MAX_NAME_BYTES
 from arenad.core.params import TIER_NAMES
 from arenad.daemon.config import QuerySettings, parse_hostport
@@ -186,7 +186,7 @@ class QueryHandler:
             "player": v.player,
             "mu": v.mu,
             "sigma": v.sigma,
-            "display": v.mu - self.settings.display_k * v.sigma,
+            "display": _display(eng, i, self.settings.display_k),
             "tier": tier,
             "placed": tier is not None,
             # Provisional = not placed yet (§6.1): n_min events (this season's, in a season scope
@@ -317,7 +317,7 @@ class QueryHandler:
                     "player": names[i],
                     "mu": mu,
                     "sigma": sigma,
-                    "display": mu - k * sigma,
+                    "display": _display(eng, i, k),
                     "tier": tier,
                     "provisional": tier is None,
                     "active": eng.is_active(i),
@@ -918,3 +918,9 @@ def _address(sockname: Any) -> str:
         host, port = sockname[0], sockname[1]
         return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
     return str(sockname)
+
+
+def _display(eng: Engine, i: int, k: float) -> float:
+    """The display rating: the engine's own (mu - 3 sigma, its step per event bounded when
+    ``[adr] display_cap``), or mu - k sigma when ``[query] display_k`` asks for another k."""
+    return eng.display(i) if k == DISPLAY_K else eng.mu(i) - k * eng.sigma(i)

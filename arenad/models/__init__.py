@@ -4,9 +4,11 @@ Every model is pure (no I/O, no clock) and holds its own parameters (STYLE.md §
 are the ones a configuration or an evaluation run uses:
 
 ========================  ===================================================================
-``adr``                   ADR, the paper's model (``arenad.core.engine``), default parameters
-``adr-printed``           ADR with the §4.2 victim update as printed (``loser_rule="printed"``)
-``adr-unanchored``        ADR without the scale anchor (``anchor=False``)
+``adr``                   ADR, the paper's model (``arenad.core.engine``), arenad's defaults
+``adr-paper``             ADR with the paper's §9 parameters and mechanisms (``ADRParams.paper()``)
+``adr-printed``           ``adr-paper`` with the §4.2 victim update as printed
+                          (``loser_rule="printed"``)
+``adr-unanchored``        ``adr-paper`` without the scale anchor (``anchor=False``)
 ``elo``                   logistic Elo, scale 400, K = 24, initial 1500
 ``elo-dynamic``           logistic Elo with the FIDE-style K schedule (40 / 20 / 10)
 ``glicko2``               Glicko-2, every kill one rating period of its two players
@@ -34,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib.metadata import entry_points
 
-from arenad.models.adr import ADRModel, adr_printed, adr_unanchored
+from arenad.models.adr import ADRModel, adr_paper, adr_printed, adr_unanchored
 from arenad.models.base import MatchModel, RatingModel, is_offline, placement_pairs, rates_matches
 from arenad.models.bradley_terry import BradleyTerry
 from arenad.models.elo import DynamicElo, Elo
@@ -57,10 +59,11 @@ __all__ = [
 #: What the ``arenad.models`` entry points name: a class or function returning a fresh model.
 ModelFactory = Callable[[], RatingModel]
 
-#: Built-in models by name: each factory returns a fresh model with default parameters. They are
+#: Built-in models by name: each factory returns a fresh model with its own fixed parameters. They are
 #: also registered as ``arenad.models`` entry points (pyproject.toml), like third-party ones.
 BUILTIN_MODELS: dict[str, ModelFactory] = {
     "adr": ADRModel,
+    "adr-paper": adr_paper,
     "adr-printed": adr_printed,
     "adr-unanchored": adr_unanchored,
     "elo": Elo,

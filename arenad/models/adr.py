@@ -16,8 +16,9 @@ from arenad.core.engine import Engine
 from arenad.core.params import ADRParams
 
 
-class ADRModel:
-    """ADR ratings of one ladder, through ``arenad.core.engine.Engine``."""
+class ADRKillModel:
+    """ADR ratings of one ladder, through ``arenad.core.engine.Engine``, from kills only: the
+    paper's reading (``placement_weight = 0``), so the harness reports it as kill-only."""
 
     def __init__(self, params: ADRParams | None = None, name: str = "adr") -> None:
         self.name = name
@@ -35,10 +36,6 @@ class ADRModel:
 
     def update(self, attacker: str, victim: str, t: float) -> None:
         self.engine.feed(attacker, victim, t)
-
-    def update_match(self, placements: Sequence[Sequence[str]], t: float) -> None:
-        """A finished match: its pairs at ``placement_weight`` (nothing when that is 0, the paper)."""
-        self.engine.apply_placement(placements, t)
 
     def rating(self, player: str) -> float:
         i = self.engine.ids.get(player)
@@ -60,6 +57,22 @@ class ADRModel:
         self.engine = Engine.from_state(state, self.params)
 
 
+class ADRModel(ADRKillModel):
+    """ADR from kills and match placements (seed 001 §2 pairs at ``placement_weight``): a
+    ``MatchModel``. ``ADRModel(params)`` with placement_weight 0 learns nothing from a match;
+    ``adr_model`` picks the kill-only class then."""
+
+    def update_match(self, placements: Sequence[Sequence[str]], t: float) -> None:
+        """A finished match: its pairs at ``placement_weight`` (``Engine.apply_placement``)."""
+        self.engine.apply_placement(placements, t)
+
+
+def adr_model(params: ADRParams, name: str = "adr") -> ADRKillModel:
+    """An ADR model of these parameters: a match model when they learn from placements."""
+    cls = ADRModel if params.placement_weight > 0 else ADRKillModel
+    return cls(params, name=name)
+
+
 #: The ADR variants by model name, each as the ``[adr]`` keys it sets. ``adr`` is arenad's
 #: defaults; the others are the paper's §9 configuration (``preset = "paper"``) and its two
 #: variants, one change each. The daemon's ``[models] primary`` may be any of them
@@ -72,21 +85,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def variant(name: str) -> ADRModel:
+def variant(name: str) -> ADRKillModel:
     """A fresh model of the ADR variant ``name`` (a key of :data:`VARIANTS`)."""
-    return ADRModel(ADRParams.from_mapping(VARIANTS[name]), name=name)
+    return adr_model(ADRParams.from_mapping(VARIANTS[name]), name=name)
 
 
-def adr_paper() -> ADRModel:
+def adr_paper() -> ADRKillModel:
     """ADR as the paper's §9 configures it (``ADRParams.paper()``), for comparison."""
     return variant("adr-paper")
 
 
-def adr_printed() -> ADRModel:
+def adr_printed() -> ADRKillModel:
     """The paper's ADR with the §4.2 victim update as printed (``loser_rule="printed"``)."""
     return variant("adr-printed")
 
 
-def adr_unanchored() -> ADRModel:
+def adr_unanchored() -> ADRKillModel:
     """The paper's ADR without the scale anchor (``anchor=False``)."""
     return variant("adr-unanchored")

@@ -127,7 +127,7 @@ def run_both(params: ADRParams, stream: list[Event]) -> None:
             py = Engine.from_state(py.export_state(), params, native=False)
             continue
         if op == "placement":  # a match of four: Python for both, then the kernel goes on
-            match = ((f"p{a}",), (f"p{b}", f"p{(a + 3) % 10}"), (f"p{(b + 5) % 10}",))
+            match = ((f"p{a}",), (f"p{(a + 1 + b % 2) % 10}", f"p{(a + 4) % 10}"), (f"p{(a + 7) % 10}",))
             assert native.apply_placement(match, t) == py.apply_placement(match, t)
             continue
         t += dt

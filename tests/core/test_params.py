@@ -245,7 +245,8 @@ class TestPaperDefaults:
     def test_defaults_by_measurement(self) -> None:
         """The defaults that differ from the paper (docs/adr.md) and the paper one name away."""
         p = ADRParams()
-        assert (p.theta, p.rho_s, p.gamma_phi, p.c_loss) == (150.0, 0.0, 0.0, 1.0)
+        assert (p.theta, p.rho_s, p.gamma_phi, p.c_loss) == (200.0, 0.0, 0.0, 1.0)
+        assert (p.sigma_peak, p.h_req, p.placement_weight) == (250.0, 250.0, 1.0)
         assert (p.link, p.decay_grace, p.cap_decay, p.sweep_sigma) == ("logistic", 7.0, True, False)
         assert p.calibration_memory > 0
         assert p.repeat_weight == 0.0  # repeats inside the cooldown stay dropped (burst gain 0)

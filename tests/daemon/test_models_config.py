@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import arenad.daemon.config as config_module
-from arenad.core.params import ADRParams
+from arenad.core.params import PAPER, ADRParams
 from arenad.daemon.config import PRIMARY_MODELS, ModelsSettings
 from arenad.errors import ConfigError, ConfigProblem
 from arenad.models import BUILTIN_MODELS, ModelFactory
@@ -132,13 +132,49 @@ class TestPrimaryParameters:
     def test_variants_are_those_of_the_model_plugins(self) -> None:
         for name, overrides in PRIMARY_MODELS.items():
             model: Any = BUILTIN_MODELS[name]()
-            assert replace(ADRParams(), **overrides) == model.params, name  # type: ignore[arg-type]
+            params = {k: v for k, v in overrides.items() if k != "preset"}
+            assert replace(ADRParams(), **params) == model.params, name  # type: ignore[arg-type]
+            assert Settings.from_mapping({"models": {"primary": name}}).adr == model.params, name
+
+    def test_paper_variants_set_every_parameter_of_the_preset(self) -> None:
+        """The table spells the preset out, so the contradiction check sees each of its keys."""
+        for name in ("adr-paper", "adr-printed", "adr-unanchored"):
+            table = PRIMARY_MODELS[name]
+            assert table["preset"] == "paper"
+            for key, value in PAPER.items():
+                if key not in ("loser_rule", "anchor"):
+                    assert table[key] == value, (name, key)
+        assert PRIMARY_MODELS["adr"] == {}
 
     def test_a_variant_sets_its_parameters(self) -> None:
         assert Settings.from_mapping({"models": {"primary": "adr-printed"}}).adr.loser_rule == "printed"
         settings = Settings.from_mapping({"models": {"primary": "adr-unanchored"}, "adr": {"mu0": 1500.0}})
-        assert settings.adr.anchor is False and settings.adr.mu0 == 1500.0
+        assert settings.adr == ADRParams.paper(anchor=False, mu0=1500.0)
+        assert Settings.from_mapping({"models": {"primary": "adr-paper"}}).adr == ADRParams.paper()
         assert Settings.from_mapping({}).adr == ADRParams()
+
+    @pytest.mark.parametrize(
+        ("primary", "adr"),
+        [
+            ("adr-paper", {"theta": 300}),
+            ("adr-printed", {"link": "logistic"}),
+            ("adr-unanchored", {"preset": "default"}),
+        ],
+    )
+    def test_a_paper_variant_contradicted_by_adr_is_a_problem(
+        self, primary: str, adr: dict[str, Any]
+    ) -> None:
+        with pytest.raises(ConfigError) as info:
+            Settings.from_mapping({"models": {"primary": primary}, "adr": adr})
+        (problem,) = info.value.problems
+        (key,) = adr
+        assert problem.key == "models.primary" and problem.value == primary
+        assert f"adr.{key}" in problem.message and 'preset = "paper"' in problem.message
+
+    def test_a_paper_variant_accepts_the_preset_and_its_values_repeated(self) -> None:
+        table = {"preset": "paper", "theta": 400, "link": "arctan", "delta_max": 80.0}
+        settings = Settings.from_mapping({"models": {"primary": "adr-printed"}, "adr": table})
+        assert settings.adr == ADRParams.paper(loser_rule="printed", delta_max=80.0)
 
     def test_a_variant_and_an_adr_key_that_disagree_are_a_problem(self) -> None:
         with pytest.raises(ConfigError) as info:

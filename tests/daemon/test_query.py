@@ -89,7 +89,7 @@ def row(eng: Engine, i: int, display_k: float = 3.0) -> dict[str, Any]:
         "player": v.player,
         "mu": v.mu,
         "sigma": v.sigma,
-        "display": v.mu - display_k * v.sigma,
+        "display": eng.display(i) if display_k == 3.0 else v.mu - display_k * v.sigma,
         "tier": v.tier,
         "provisional": v.tier is None,
         "active": v.active,

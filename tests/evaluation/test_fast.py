@@ -69,7 +69,8 @@ def build(spec: list[tuple[str, int, int, float]]) -> list[StreamEvent]:
     for op, a, b, dt in spec:
         t += dt
         if op == "match":
-            out.append(PlacementEvent(t, ((f"p{a}",), (f"p{b}", f"p{(a + 2) % 8}"), (f"p{(b + 5) % 8}",))))
+            others = (f"p{(a + 1 + b % 3) % 8}", f"p{(a + 5) % 8}")
+            out.append(PlacementEvent(t, ((f"p{a}",), others, (f"p{(a + 7) % 8}",))))
         else:
             out.append((f"p{a}", f"p{b}", t))
     return out

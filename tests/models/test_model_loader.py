@@ -87,7 +87,7 @@ def test_placement_pairs() -> None:
 
 
 def test_capabilities_of_kill_only_models() -> None:
-    for name in ("adr", "elo"):
+    for name in ("adr-paper", "elo"):
         model = BUILTIN_MODELS[name]()
         assert not rates_matches(model)
         assert not is_offline(model)

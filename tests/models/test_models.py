@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import arenad.models
+from arenad.core.params import ADRParams
 from arenad.models import BUILTIN_MODELS, RatingModel
-from arenad.models.adr import ADRModel
+from arenad.models.adr import ADRKillModel, ADRModel
 
 NAMES = sorted(BUILTIN_MODELS)
 PLAYERS = [f"p{i}" for i in range(6)]
@@ -69,8 +70,8 @@ class TestRegistry:
 
     def test_names(self) -> None:
         assert set(BUILTIN_MODELS) == {
-            "adr", "adr-printed", "adr-unanchored", "elo", "elo-dynamic", "glicko2", "glicko2-period",
-            "glicko2-mp", "trueskill", "trueskill-ffa", "openskill", "bradley-terry", "whr",
+            "adr", "adr-paper", "adr-printed", "adr-unanchored", "elo", "elo-dynamic", "glicko2",
+            "glicko2-period", "glicko2-mp", "trueskill", "trueskill-ffa", "openskill", "bradley-terry", "whr",
         }  # fmt: skip
 
     @pytest.mark.parametrize("name", NAMES)
@@ -81,17 +82,29 @@ class TestRegistry:
         assert one.players() == []
 
     @pytest.mark.parametrize(
-        ("name", "loser_rule", "anchor"),
+        ("name", "expected"),
         [
-            ("adr", "corrected", True),
-            ("adr-printed", "printed", True),
-            ("adr-unanchored", "corrected", False),
+            ("adr", ADRParams()),
+            ("adr-paper", ADRParams.paper()),
+            ("adr-printed", ADRParams.paper(loser_rule="printed")),
+            ("adr-unanchored", ADRParams.paper(anchor=False)),
         ],
     )
-    def test_adr_variants(self, name: str, loser_rule: str, anchor: bool) -> None:
+    def test_adr_variants(self, name: str, expected: ADRParams) -> None:
+        """``adr`` is arenad's defaults; the others are the paper's §9 set and its two variants."""
         model = BUILTIN_MODELS[name]()
-        assert isinstance(model, ADRModel)
-        assert (model.engine.params.loser_rule, model.engine.params.anchor) == (loser_rule, anchor)
+        assert isinstance(model, ADRKillModel)
+        # the defaults learn from placements (a match model); the paper's variants do not
+        assert isinstance(model, ADRModel) is (name == "adr")
+        assert model.params == expected and model.engine.params == expected
+
+    def test_paper_variants_differ_from_the_paper_in_one_parameter_only(self) -> None:
+        paper = ADRParams.paper().to_mapping()
+        for name, key in (("adr-printed", "loser_rule"), ("adr-unanchored", "anchor")):
+            model = BUILTIN_MODELS[name]()
+            assert isinstance(model, ADRKillModel)
+            changed = {k for k, v in model.params.to_mapping().items() if paper[k] != v}
+            assert changed == {key}, name
 
 
 @pytest.mark.parametrize("name", NAMES)
