@@ -73,6 +73,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--in-process", action="store_true", help="run every population in this process (no spawn)"
     )
+    ap.add_argument(
+        "--preset",
+        choices=("default", "paper"),
+        default="default",
+        help='[adr] preset to rate with (default: arenad\'s defaults; "paper": the §9 configuration)',
+    )
     args = ap.parse_args(argv)
     if args.rate <= 0:
         ap.error("--rate must be > 0")
@@ -96,12 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     results: list[Result] = []
     if args.in_process:
-        results = [run_scenario(c, trace) for c in configs]
+        results = [run_scenario(c, trace, preset=args.preset) for c in configs]
     else:
         ctx = multiprocessing.get_context("spawn")
         for c in configs:
             with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-                results.append(pool.submit(run_scenario, c, trace).result())
+                results.append(pool.submit(run_scenario, c, trace, preset=args.preset).result())
     report = {
         "bench": "arenad.core",
         "schema": 1,

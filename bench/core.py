@@ -346,9 +346,12 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run_scenario(cfg: StreamConfig, trace: bool = True, log: Log = _stderr) -> Result:
-    """Everything for one population size; returns a JSON-ready dict."""
-    params = ADRParams()
+def run_scenario(
+    cfg: StreamConfig, trace: bool = True, log: Log = _stderr, preset: str = "default"
+) -> Result:
+    """Everything for one population size; returns a JSON-ready dict. ``preset``: the ``[adr]``
+    preset rated with ("default" or "paper", the configuration before issue 14)."""
+    params = ADRParams.from_mapping({"preset": preset})
     p = cfg.players
     log(f"[P={p:,}] generating {cfg.events:,} events + warm-up ...")
     g0 = time.perf_counter()

@@ -142,9 +142,11 @@ def run_one(
 
         def rated(s: dict[str, Any]) -> int:
             # Every event the rating core has decided on (applied, filtered or rejected by it) and,
-            # with shadows, that every model has scored (a shadow runs after ADR's slice).
+            # with shadows, that every shadow has scored (a shadow runs after ADR's slice; the
+            # primary's own count, from the engine's ring, never counts what the engine refused).
             core = int(s["applied"] + s["filtered"] + sum(s["rejected"].values()))
-            return min([core, *(int(m["predictions"]) for m in s["models"].values())])
+            shadows = (int(m["predictions"]) for m in s["models"].values() if m.get("role") == "shadow")
+            return min([core, *shadows])
 
         base = rated(d.stats())
         qproc.start()

@@ -42,12 +42,12 @@ static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l'
 enum {
     K_CLOCK, K_LATE, K_FILTERED, K_NACTIVE, K_SUM_ACTIVE, K_SUM_ALL, K_SUM_SIGMA, K_RLO, K_RHI,
     K_DELTA_A, K_DELTA_B, K_APPLIED, K_NAMES, K_IDS, K_COOLDOWN, K_LOG, K_EXPIRY, K_ACTIVE,
-    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, NKEYS
+    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, K_RECAL_APPLIED, NKEYS
 };
 static const char *const key_names[NKEYS] = {
     "clock", "late_applied", "filtered", "_n_active", "_sum_r_active", "_sum_r_all", "_sum_sigma",
     "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied", "names", "ids",
-    "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_qring", "_qn"};
+    "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied"};
 
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
@@ -78,7 +78,7 @@ typedef struct {
     double rho_s, rho_v_w, gamma_phi, c_loss, dmax, inv_g2, lp, keep_phi;
     double late_tolerance, t_cooldown, sigma_place, h_req;
     double cal_keep, grace_s, repeat_w;
-    int64_t returning_events, wlen, s_max, n_act, n_min, max_players;
+    int64_t returning_events, wlen, s_max, n_act, n_min, max_players, recal_min_events;
     int corrected, pool_losses, decay_on, logistic, cap_decay, sweep_sigma, display_cap;
 } KernelObject;
 
@@ -434,19 +434,29 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     double mean = n_active ? sum_active / (double)n_active : sum_all / (double)n_players;
     /* Decay from the last decay point or decay_grace after the last counted event, whichever is
      * later; sigma drifts from the last decay point (sweep_sigma) or the last counted event. */
-    if (self->decay_on && na && t > la) {
-        double start = ev_a + self->grace_s;
-        if (start < la) start = la;
-        if (t > start) ra = mean + (ra - mean) * exp(-(t - start) / self->tau_s);
-        sa += self->drift_s * (t - (self->sweep_sigma ? la : ev_a));
-        if (sa > self->smax) sa = self->smax;
+    if (self->decay_on && na) {
+        if (t > la) {
+            double start = ev_a + self->grace_s;
+            if (start < la) start = la;
+            if (t > start) ra = mean + (ra - mean) * exp(-(t - start) / self->tau_s);
+        }
+        double since = self->sweep_sigma ? la : ev_a;
+        if (t > since) {
+            sa += self->drift_s * (t - since);
+            if (sa > self->smax) sa = self->smax;
+        }
     }
-    if (self->decay_on && nb && t > lb) {
-        double start = ev_b + self->grace_s;
-        if (start < lb) start = lb;
-        if (t > start) rb = mean + (rb - mean) * exp(-(t - start) / self->tau_s);
-        sb += self->drift_s * (t - (self->sweep_sigma ? lb : ev_b));
-        if (sb > self->smax) sb = self->smax;
+    if (self->decay_on && nb) {
+        if (t > lb) {
+            double start = ev_b + self->grace_s;
+            if (start < lb) start = lb;
+            if (t > start) rb = mean + (rb - mean) * exp(-(t - start) / self->tau_s);
+        }
+        double since = self->sweep_sigma ? lb : ev_b;
+        if (t > since) {
+            sb += self->drift_s * (t - since);
+            if (sb > self->smax) sb = self->smax;
+        }
     }
 
     /* Step 4: §3.1 kill probability with §3.2 diffusion over all tracked players. */
@@ -745,10 +755,15 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     PyObject *sp = tc ? PyObject_GetAttrString(params, "sigma_place") : NULL;
     PyObject *hr = sp ? PyObject_GetAttrString(params, "h_req") : NULL;
     PyObject *mp = hr ? PyObject_GetAttrString(params, "max_players") : NULL;
+    PyObject *me = mp ? PyObject_GetAttrString(params, "recalibrate_min_events") : NULL;
     Py_DECREF(params);
     if (mp) {
         self->max_players = PyLong_AsLongLong(mp);
         Py_DECREF(mp);
+    }
+    if (me) {
+        self->recal_min_events = PyLong_AsLongLong(me);
+        Py_DECREF(me);
     }
     if (hr) {
         self->late_tolerance = PyFloat_AsDouble(lt);
@@ -798,6 +813,8 @@ static PyObject *Kernel_call_apply(KernelObject *self, PyObject *const *args, Py
     return Kernel_apply(self, args, nargs);
 }
 
+static int recal_due(KernelObject *self, double t, double next_recal);
+
 /* Kernel.run(records, start, stop) -> (next, applied, filtered): apply journal records
  * (seq, t, attacker, victim, server, id) from `start` while the kernel can take them as they
  * come; stops before `stop`, before a record of another shape, one due a recalibration
@@ -820,7 +837,10 @@ static PyObject *Kernel_run(KernelObject *self, PyObject *const *args, Py_ssize_
         PyObject *rec = PyList_GET_ITEM(records, k);
         if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 6) break;
         PyObject *t_obj = PyTuple_GET_ITEM(rec, 1);
-        if (!PyFloat_CheckExact(t_obj) || PyFloat_AS_DOUBLE(t_obj) >= next_recal) break;
+        if (!PyFloat_CheckExact(t_obj)) break;
+        int due = recal_due(self, PyFloat_AS_DOUBLE(t_obj), next_recal);
+        if (due < 0) return NULL;
+        if (due) break;
         PyObject *argv[3] = {PyTuple_GET_ITEM(rec, 2), PyTuple_GET_ITEM(rec, 3), t_obj};
         Py_INCREF(rec); /* the record's items stay alive whatever a callback does to the list */
         PyObject *out = Kernel_apply(self, argv, 3);
@@ -833,6 +853,19 @@ static PyObject *Kernel_run(KernelObject *self, PyObject *const *args, Py_ssize_
         if (stop_here) break;
     }
     return Py_BuildValue("(nnn)", k, applied, filtered);
+}
+
+/* Whether Engine.recalibration_due_before's schedule part holds at t (time reached and, with
+ * recalibrate_min_events, enough kills applied since the last one): 1, 0, or -1 with an error.
+ * Python then decides the rest (a valid event, the player cap). */
+static int recal_due(KernelObject *self, double t, double next_recal) {
+    if (t < next_recal) return 0;
+    if (self->recal_min_events <= 0) return 1;
+    PyObject *applied = ITEM(K_APPLIED), *since = ITEM(K_RECAL_APPLIED);
+    if (!applied || !since) return -1;
+    long long a = PyLong_AsLongLong(applied), s = PyLong_AsLongLong(since);
+    if ((a == -1 || s == -1) && PyErr_Occurred()) return -1;
+    return a - s >= self->recal_min_events;
 }
 
 /* The engine's next_recalibration as a double; -1 with an error. */
@@ -852,7 +885,9 @@ static PyObject *Kernel_feed(KernelObject *self, PyObject *const *args, Py_ssize
     if (!PyFloat_CheckExact(args[2])) Py_RETURN_NONE;
     double next_recal;
     if (next_recalibration(self, &next_recal) < 0) return NULL;
-    if (PyFloat_AS_DOUBLE(args[2]) >= next_recal) Py_RETURN_NONE;
+    int due = recal_due(self, PyFloat_AS_DOUBLE(args[2]), next_recal);
+    if (due < 0) return NULL;
+    if (due) Py_RETURN_NONE;
     return Kernel_apply(self, args, 3);
 }
 
@@ -873,7 +908,10 @@ static PyObject *Kernel_feed_many(KernelObject *self, PyObject *const *args, Py_
     if (k < 0) k = 0;
     for (; k < stop && k < PyList_GET_SIZE(att) && k < PyList_GET_SIZE(vic) && k < PyList_GET_SIZE(times); k++) {
         PyObject *t_obj = PyList_GET_ITEM(times, k);
-        if (!PyFloat_CheckExact(t_obj) || PyFloat_AS_DOUBLE(t_obj) >= next_recal) break;
+        if (!PyFloat_CheckExact(t_obj)) break;
+        int due = recal_due(self, PyFloat_AS_DOUBLE(t_obj), next_recal);
+        if (due < 0) return NULL;
+        if (due) break;
         PyObject *argv[3] = {PyList_GET_ITEM(att, k), PyList_GET_ITEM(vic, k), t_obj};
         Py_INCREF(argv[0]);
         Py_INCREF(argv[1]);
@@ -965,7 +1003,12 @@ static PyObject *Kernel_score_many(KernelObject *self, PyObject *const *args, Py
     if (end > n_out) end = n_out;
     for (; k < end; k++) {
         PyObject *t_obj = PyList_GET_ITEM(times, k);
-        if (!PyFloat_CheckExact(t_obj) || (lrn[k] && PyFloat_AS_DOUBLE(t_obj) >= next_recal)) break;
+        if (!PyFloat_CheckExact(t_obj)) break;
+        if (lrn[k]) {
+            int due = recal_due(self, PyFloat_AS_DOUBLE(t_obj), next_recal);
+            if (due < 0) goto done;
+            if (due) break;
+        }
         PyObject *argv[3] = {PyList_GET_ITEM(att, k), PyList_GET_ITEM(vic, k), t_obj};
         if (predict_names(self, ids, argv[0], argv[1], &dst[k]) < 0) goto done;
         if (!lrn[k]) continue;

@@ -296,6 +296,7 @@ class Engine:
         "next_sweep",
         "offset",
         "params",
+        "recal_applied",
         "rejected",
         "run_records",
         "scope",
@@ -358,6 +359,8 @@ class Engine:
         self._cooldown_log: deque[tuple[float, int]] = deque()  # (time, pair) in time order
         self.clock = -_INF
         self.next_recalibration = -_INF
+        #: ``applied`` at the last recalibration (ADRParams.recalibrate_min_events).
+        self.recal_applied = 0
         # Counters.
         self.applied = 0
         self.filtered = 0
@@ -595,24 +598,32 @@ class Engine:
         # The decay clock starts at the last decay point, or with a grace period (decay_grace)
         # that long after the last counted event; sigma drifts from the last decay point, or
         # from the last counted event when sweeps leave sigma alone (sweep_sigma = false).
-        if decay_on and na and t > la:
-            start = ev_a + grace_s
-            if start < la:
-                start = la
-            if t > start:
-                ra = mean + (ra - mean) * exp(-(t - start) / tau_s)
-            sa += drift_s * (t - (la if sweep_sigma else ev_a))
-            if sa > smax:
-                sa = smax
-        if decay_on and nb and t > lb:
-            start = ev_b + grace_s
-            if start < lb:
-                start = lb
-            if t > start:
-                rb = mean + (rb - mean) * exp(-(t - start) / tau_s)
-            sb += drift_s * (t - (lb if sweep_sigma else ev_b))
-            if sb > smax:
-                sb = smax
+        # (A sweep at this very time has moved the last decay point to t: sigma's drift, which
+        # such a sweep leaves to the event, is still due from the last counted event.)
+        if decay_on and na:
+            if t > la:
+                start = ev_a + grace_s
+                if start < la:
+                    start = la
+                if t > start:
+                    ra = mean + (ra - mean) * exp(-(t - start) / tau_s)
+            since = la if sweep_sigma else ev_a
+            if t > since:
+                sa += drift_s * (t - since)
+                if sa > smax:
+                    sa = smax
+        if decay_on and nb:
+            if t > lb:
+                start = ev_b + grace_s
+                if start < lb:
+                    start = lb
+                if t > start:
+                    rb = mean + (rb - mean) * exp(-(t - start) / tau_s)
+            since = lb if sweep_sigma else ev_b
+            if t > since:
+                sb += drift_s * (t - since)
+                if sb > smax:
+                    sb = smax
 
         # Step 4: §3.1 kill probability with §3.2 diffusion over all tracked players.
         sum_sigma = self._sum_sigma - sa_old - sb_old + sa + sb
@@ -1054,6 +1065,7 @@ class Engine:
         """
         if not (
             t >= self.next_recalibration
+            and self.applied - self.recal_applied >= self.params.recalibrate_min_events
             and attacker != victim
             and isfinite(t)
             and t >= self.clock - self.params.late_tolerance
@@ -1168,6 +1180,7 @@ class Engine:
         if math.isfinite(now):
             self.clock = now
         self.next_recalibration = now + self.params.recalibrate_interval
+        self.recal_applied = self.applied
         if not self.names:
             return None
         if self._expiry and self._expiry[0][0] <= now:
@@ -1639,6 +1652,7 @@ class Engine:
                 "r_hi": self._r_hi,
                 "clock": self.clock,
                 "next_recalibration": self.next_recalibration,
+                "recal_applied": self.recal_applied,
                 "calibrations": self.calibrations,
                 "sum_r_all": self._sum_r_all,
                 "sum_r_active": self._sum_r_active,
@@ -1724,6 +1738,7 @@ class Engine:
         eng._r_hi = sc["r_hi"]
         eng.clock = sc["clock"]
         eng.next_recalibration = sc["next_recalibration"]
+        eng.recal_applied = int(sc.get("recal_applied", 0))
         eng.calibrations = sc["calibrations"]
         eng._sum_r_all = sc["sum_r_all"]
         eng._sum_r_active = sc["sum_r_active"]

@@ -101,6 +101,10 @@ class ADRParams:
     initial_spread: float = 200.0
     #: Event-time seconds between recalibrations (§6.3), the anchor and cooldown pruning.
     recalibrate_interval: float = 300.0
+    #: A recalibration also waits until this many kills were applied since the last one (0: time
+    #: alone). On a sparse history (a few kills per interval) the O(P) recalibration otherwise
+    #: runs every few kills and is most of a replay (docs/performance.md "Batch replay").
+    recalibrate_min_events: int = 0
     #: An event older than the engine clock by at most this is applied at the clock; older: rejected.
     late_tolerance: float = 5.0
     #: Most players the engine tracks; an event that would add one beyond it is refused
@@ -247,6 +251,7 @@ class ADRParams:
         need(v.return_events >= 0, "return_events", "must be >= 0 (0 means n_min)")
         need(v.initial_spread > 0, "initial_spread", "must be > 0")
         need(v.recalibrate_interval > 0, "recalibrate_interval", "must be > 0 (seconds)")
+        need(v.recalibrate_min_events >= 0, "recalibrate_min_events", "must be >= 0 (0: time alone)")
         need(v.late_tolerance >= 0, "late_tolerance", "must be >= 0 (seconds)")
         need(v.idle_after >= 0, "idle_after", "must be >= 0 (days; 0 turns the inactivity sweep off)")
         need(v.sweep_interval > 0, "sweep_interval", "must be > 0 (seconds)")

@@ -283,6 +283,13 @@ _MODEL_FAMILIES: tuple[
     ),
     (
         GaugeMetricFamily,
+        "arenad_model_ece",
+        "Expected calibration error of the model's predictions in the rolling window (10 bins, "
+        "every other one shown reversed).",
+        lambda f: f.ece,
+    ),
+    (
+        GaugeMetricFamily,
         "arenad_model_auc",
         "AUC of the model's predictions in the rolling window (every other one shown reversed).",
         lambda f: f.auc,
@@ -290,13 +297,14 @@ _MODEL_FAMILIES: tuple[
     (
         CounterMetricFamily,
         "arenad_model_predictions",
-        "Predictions scored (one per kill, one per placement pair) since the state began.",
+        "Predictions scored since the state began (with shadows: one per kill and placement pair; "
+        "without: the primary's own, one per kill it took, since the process started).",
         lambda f: f.predictions,
     ),
     (
         GaugeMetricFamily,
         "arenad_model_window_predictions",
-        "Predictions in the rolling window now (at most [models] window).",
+        "Predictions in the rolling window now (at most [models] window, and 8192 without shadows).",
         lambda f: f.window,
     ),
     (
@@ -315,7 +323,8 @@ _MODEL_FAMILIES: tuple[
 
 
 def _model_families(models: list[ModelFigures]) -> Iterator[Metric]:
-    """Every model's scores over its window (``arenad.daemon.shadows``), computed at scrape time."""
+    """Every model's scores over its window (``arenad.daemon.shadows``), computed at scrape time:
+    the primary's always, the shadows' when there are any."""
     for cls, name, doc, value in _MODEL_FAMILIES:
         family = cls(name, doc, labels=["model"])
         for figures in models:

@@ -13,9 +13,10 @@ queue when it is full, which pauses their intake; UDP drops and counts. An event
 and fsynced before it is applied and before its source is told it is done, so everything a
 source was told is done survives ``kill -9``.
 
-Kills and match placements are journaled alike. ADR rates the kills; every model's prediction
-of each event is scored first, and the shadow models (``[models] shadows``, ``shadows.py``)
-learn from both kinds after ADR has applied a few slices.
+Kills and match placements are journaled alike. ADR rates the kills; with shadow models
+(``[models] shadows``, ``shadows.py``) every model's prediction of each event is scored first,
+and the shadows learn from both kinds after ADR has applied a few slices. Without shadows the
+primary's scores come from the engine's own ring of predictions, at scrape time.
 """
 
 from __future__ import annotations
@@ -225,7 +226,12 @@ class Daemon:
         self._pending_recompute: tuple[str | None, float | None, str] | None = None
         self._swapped_unsaved = False  # a recompute result is in memory but in no checkpoint yet
         self._recompute_task: asyncio.Task[None] | None = None
-        self.models = ModelSet(settings.models)
+        # Without shadows the primary is scored from the global engine's own ring at scrape time,
+        # the engine looked up at each call (recovery and a recompute replace it).
+        self.models = ModelSet(
+            settings.models,
+            recent=lambda: self.engine.recent_predictions(),  # noqa: PLW0108 - see above
+        )
         self.metrics = Metrics(self.snapshot)
         # Every model's histogram series exists from the start, so dashboards see each model.
         if self.models.scoring:
@@ -459,6 +465,7 @@ class Daemon:
                 else:
                     if scoring:
                         self.models.score_primary_placement(self.engine, rec)
+                    self.scopes.feed_placement(rec.placements, rec.t, rec.server)  # as in _apply
                     self.placements += 1
                     chunk.append(rec)
             if len(chunk) >= REPLAY_CHUNK:
@@ -821,7 +828,8 @@ class Daemon:
         """
         observe = self.metrics.update_seconds.observe
         models = self.models
-        # Without shadows there is nothing to compare the primary with: no scoring, no cost.
+        # Without shadows nothing is scored here: the primary's scores come from the engine's
+        # own ring at scrape time (ModelSet.ring), so this path costs nothing for them.
         scoring = models.scoring
         observe_primary = models.observers.get(models.primary_name)  # set only when scoring
         engine = self.engine
@@ -868,7 +876,7 @@ class Daemon:
                     records[k] = None
                     self.excluded += 1
                     continue
-                # ADR does not rate matches; its predictions of the pairs are scored all the same.
+                # The pairs are predicted (and scored) before ADR learns the match (placement_weight).
                 if scoring:
                     for a, b in rec.pairs:
                         i = ids_get(a)
@@ -878,6 +886,7 @@ class Daemon:
                         if pos == size:
                             pos = 0
                     scored += len(rec.pairs)
+                scopes.feed_placement(rec.placements, rec.t, rec.server)
                 placements += 1
                 work += 1 + len(rec.pairs) // PAIRS_PER_EVENT
             elif not simple or notify:

@@ -10,26 +10,42 @@ by record:
 * a match placement: every (better, worse) pair of ``placement_pairs`` is predicted and scored,
   then ``update_match(placements, t)`` if the model rates matches (``rates_matches``).
 
-When shadows are configured, the primary is scored the same way by the engine task itself,
-before it applies each kill (without shadows nothing is scored: there is nothing to compare):
-``adr_prediction`` is ``Engine.predict`` (§3.1) for two known players and 0.5 otherwise, as
-``arenad.models.ADRModel.predict``. ADR does not rate placements, but its predictions of their
-pairs are scored too, so every model is scored on the same predictions in the same order.
+The primary's predictions come from one of two places:
+
+* With shadows, the engine task scores the primary itself, record by record, before it applies
+  each kill: ``adr_prediction`` is ``Engine.predict`` (§3.1) for two known players and 0.5
+  otherwise, as ``arenad.models.ADRModel.predict``. ADR does not rate placements, but its
+  predictions of their pairs are scored too, so every model is scored on the same predictions
+  in the same order; a comparison needs that, which is why the engine's ring below is not used
+  then (it holds no placement pairs, and no prediction of a kill ADR refuses as out of order).
+* Without shadows nothing is done per event in Python: the engine keeps a ring of its own last
+  ``QUALITY_WINDOW`` (8192) predictions, stored by the C kernel as it learns each kill
+  (``Engine.recent_predictions``), and ``RingScores`` scores the newest ``min(window, 8192)``
+  of them at scrape time. Each is the calibrated P(attacker kills victim) the engine computed
+  as it took a kill, before learning from it (after the §5 decay of the two players), for every
+  kill ADR took, cooldown repeats included, placement pairs not. So the figures are close to,
+  not equal to, those of the record-by-record scoring. Prediction number m counts from the
+  engine's construction, so after a restart the ring starts empty (it is in no checkpoint): it
+  fills with the journal tail that recovery replays and with what follows, and the prediction
+  count starts again from 0 (a counter reset to Prometheus). A recompute that swaps the global
+  ladder in does the same: its ring holds the rebuilt history's last predictions, counted from
+  the snapshot it started from.
 
 Scores. Each model keeps its last ``window`` predictions in a numpy ring buffer, stored in O(1)
-and without allocation (a memoryview store). Log loss, Brier and AUC are computed at scrape
-time over the window (at most once a second per model) with the functions of
-``arenad.evaluation.metrics``, so a live figure is the offline one. A recorded kill is always a
-positive ("the attacker kills the victim"), so AUC needs negatives: as ``metrics.orient`` does
-with a seed, each prediction is shown one way round or the other, here deterministically:
-prediction number m of a model (counted from 0 over its life) is shown as ``(1 − p, y = 0)``
-when m is odd and as ``(p, y = 1)`` when m is even. Log loss and Brier are the same either way
-round.
+and without allocation (a memoryview store). Log loss, Brier, ECE (``ECE_BINS`` equal-width
+bins, count-weighted) and AUC are computed at scrape time over the window (at most once a second
+per model) by one function, ``score``, with the functions of ``arenad.evaluation.metrics``, so a
+live figure is the offline one. A recorded kill is always a positive ("the attacker kills the
+victim"), so AUC and ECE need negatives: as ``metrics.orient`` does with a seed, each prediction
+is shown one way round or the other, here deterministically: prediction number m of a model
+(counted from 0 over its life) is shown as ``(1 − p, y = 0)`` when m is odd and as ``(p, y = 1)``
+when m is even. Log loss and Brier are the same either way round.
 
 State. Each shadow's ``export_state``, each window and its prediction count go into the engine's
-checkpoint; recovery imports them and replays the journal after the checkpoint through the same
-code, so a restart continues every model exactly where it stopped. A shadow added to the
-configuration starts fresh at that point; one removed is dropped.
+checkpoint (the engine's own ring does not, see above); recovery imports them and replays the
+journal after the checkpoint through the same code, so a restart continues every model exactly
+where it stopped. A shadow added to the configuration starts fresh at that point; one removed is
+dropped.
 
 A model that raises, or predicts something that is not a probability, is stopped: logged once,
 exported as failed, and kept stopped across restarts. The daemon and the other models go on
@@ -41,7 +57,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import numpy as np
@@ -63,8 +79,47 @@ UPDATE_SAMPLE = 64
 #: Seconds a window's scores are reused while predictions arrive: they cost O(window log window)
 #: on the event loop, and a client polling ``stats`` must not make the engine pay that each time.
 SCORES_MAX_AGE = 1.0
+#: Bins of the expected calibration error, as ``arenad evaluate`` reports it.
+ECE_BINS = 10
 
-_NAN3 = (math.nan, math.nan, math.nan)
+#: What ``Engine.recent_predictions`` returns: the newest predictions oldest first, and how many
+#: were ever made (the number of the next one).
+RecentPredictions = Callable[[], tuple[npt.NDArray[np.float64], int]]
+
+
+class Scores(NamedTuple):
+    """One window's figures; ``nan`` while it is empty (AUC also while it holds one class)."""
+
+    log_loss: float
+    brier: float
+    ece: float
+    auc: float
+
+
+NO_SCORES = Scores(math.nan, math.nan, math.nan, math.nan)
+
+
+def oriented(
+    p: npt.NDArray[np.float64], first: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """``(shown, y)`` of predictions ``p``, ``p[k]`` being prediction number ``first + k``:
+    prediction m shown as ``(1 − p, 0)`` when m is odd, as ``(p, 1)`` when it is even."""
+    flipped = (np.arange(first, first + len(p)) & 1).astype(bool)
+    return np.where(flipped, 1.0 - p, p), np.where(flipped, 0.0, 1.0)
+
+
+def score(p: npt.NDArray[np.float64], first: int) -> Scores:
+    """Log loss, Brier, ECE and AUC of predictions ``p`` numbered from ``first`` (``oriented``),
+    by the functions of ``arenad.evaluation.metrics``: the scoring rule of every window."""
+    if len(p) == 0:
+        return NO_SCORES
+    shown, y = oriented(p, first)
+    return Scores(
+        metrics.log_loss(shown, y),
+        metrics.brier(shown, y),
+        metrics.ece(shown, y, ECE_BINS),
+        metrics.auc(shown, y),
+    )
 
 
 def adr_prediction(engine: Engine, a: str, b: str) -> float:
@@ -96,7 +151,7 @@ class ScoreWindow:
         self.count = 0  # predictions since the state began: m of the next one
         self._scored_at = -1  # count the scores are of
         self._scored_time = -math.inf
-        self._scores = _NAN3
+        self._scores = NO_SCORES
 
     def add(self, p: float) -> None:
         """Store one prediction (the hot paths inline this and ``commit`` per slice)."""
@@ -121,12 +176,10 @@ class ScoreWindow:
     def oriented(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """``(shown, y)`` of the window: prediction m shown as ``(1 − p, 0)`` when m is odd."""
         p = self.ordered()
-        first = self.count - len(p)
-        flipped = (np.arange(first, first + len(p)) & 1).astype(bool)
-        return np.where(flipped, 1.0 - p, p), np.where(flipped, 0.0, 1.0)
+        return oriented(p, self.count - len(p))
 
-    def scores(self, max_age: float = 0.0) -> tuple[float, float, float]:
-        """(log loss, Brier, AUC) over the window; ``nan`` while it is empty.
+    def scores(self, max_age: float = 0.0) -> Scores:
+        """(log loss, Brier, ECE, AUC) over the window; ``nan`` while it is empty.
 
         Computed again only after new predictions, and then only if the last computation is at
         least ``max_age`` seconds old (``scored_at`` says which prediction count they are of).
@@ -134,15 +187,8 @@ class ScoreWindow:
         if self._scored_at != self.count:
             now = time.monotonic()
             if now - self._scored_time >= max_age or self._scored_at < 0:
-                if self.filled == 0:
-                    self._scores = _NAN3
-                else:
-                    shown, y = self.oriented()
-                    self._scores = (
-                        metrics.log_loss(shown, y),
-                        metrics.brier(shown, y),
-                        metrics.auc(shown, y),
-                    )
+                p = self.ordered()
+                self._scores = score(p, self.count - len(p))
                 self._scored_at = self.count
                 self._scored_time = now
         return self._scores
@@ -172,6 +218,61 @@ class ScoreWindow:
         self._scored_at = -1
 
 
+class RingScores:
+    """The primary's scores from the engine's own ring (no shadows): nothing per event.
+
+    ``recent`` is ``Engine.recent_predictions`` of the global ladder as it is now (a restart or a
+    recompute replaces the engine). It is read, and the newest ``size`` predictions scored, at
+    most once per ``max_age`` seconds; the figures in between are those of the last reading.
+    """
+
+    def __init__(self, recent: RecentPredictions, size: int) -> None:
+        if size < 2:
+            raise ValueError(f"size must be at least 2, got {size!r}")
+        self.recent = recent
+        self.size = size
+        self.count = 0  # predictions the engine had made at the last reading
+        self.filled = 0  # of which scored (the newest, at most size and the ring's length)
+        self._p: npt.NDArray[np.float64] = np.zeros(0, dtype=np.float64)
+        self._read_time = -math.inf
+        self._scores = NO_SCORES
+        self._figures: ModelFigures | None = None  # of the last reading, for ``figures``
+
+    def scores(self, max_age: float = 0.0) -> Scores:
+        """(log loss, Brier, ECE, AUC) over the ring's newest ``size`` predictions as last read."""
+        now = time.monotonic()
+        if now - self._read_time >= max_age:
+            self._read_time = now
+            p, count = self.recent()
+            p = p[-self.size :]
+            # Nothing new (the same predictions with the same numbers): the same scores.
+            if count != self.count or not np.array_equal(p, self._p):
+                self._scores = score(p, count - len(p))
+                self._p = p
+                self.count = count
+                self.filled = len(p)
+                self._figures = None
+        return self._scores
+
+    def figures(self, name: str, max_age: float) -> ModelFigures:
+        """The primary's figures (the same object until new predictions are scored: a client
+        polling ``stats`` many times a second costs next to nothing)."""
+        sc = self.scores(max_age)
+        if self._figures is None or self._figures.model != name:
+            self._figures = ModelFigures(
+                name,
+                "primary",
+                self.count,
+                self.filled,
+                sc.log_loss,
+                sc.brier,
+                sc.auc,
+                sc.ece,
+                scored=self.count,
+            )
+        return self._figures
+
+
 class Shadow:
     """One shadow model with its window and counters."""
 
@@ -192,7 +293,13 @@ class Shadow:
 class ModelSet:
     """The primary's window and the shadow models, driven by the engine task and recovery."""
 
-    def __init__(self, settings: ModelsSettings, factories: Mapping[str, ModelFactory] | None = None) -> None:
+    def __init__(
+        self,
+        settings: ModelsSettings,
+        factories: Mapping[str, ModelFactory] | None = None,
+        *,
+        recent: RecentPredictions | None = None,
+    ) -> None:
         if factories is None:
             factories, errors = discover_models()
             for error in errors:
@@ -203,9 +310,14 @@ class ModelSet:
         self._factories = factories
         self.shadows = [self._fresh(name) for name in settings.shadows]
         self.live = list(self.shadows)  # the shadows not stopped by a failure
-        #: Whether models are scored at all: only to compare the primary with shadows, so a
-        #: daemon without shadows pays nothing for this module.
+        #: Whether the engine task scores the primary record by record: only beside shadows, so
+        #: that every model is scored on the same predictions.
         self.scoring = bool(self.shadows)
+        #: Without shadows, the primary's scores from the engine's own ring (``recent``, the
+        #: daemon's ``Engine.recent_predictions``): the engine task does nothing for them.
+        self.ring: RingScores | None = (
+            RingScores(recent, settings.window) if recent is not None and not self.scoring else None
+        )
         #: Per model name: where a timed prediction + update goes (the daemon's histogram).
         self.observers: dict[str, Callable[[float], None]] = {}
         self._records = 0  # records run through the shadows: picks the timed ones
@@ -336,9 +448,10 @@ class ModelSet:
     # ------------------------------------------------------------------ figures
     def figures(self, max_age: float = SCORES_MAX_AGE) -> list[ModelFigures]:
         """Scores of every model, the primary first: computed here, when scraped or asked for,
-        at most once per ``max_age`` seconds per model. None without shadows."""
+        at most once per ``max_age`` seconds per model. Without shadows, the primary's from the
+        engine's ring (none if there is no ring either)."""
         if not self.scoring:
-            return []
+            return [] if self.ring is None else [self.ring.figures(self.primary_name, max_age)]
         out = [_figures(self.primary_name, "primary", self.primary, max_age)]
         for s in self.shadows:
             out.append(_figures(s.name, "shadow", s.window, max_age, matches=s.matches, failed=s.failed))
@@ -418,7 +531,17 @@ class ModelSet:
 def _figures(
     name: str, role: str, window: ScoreWindow, max_age: float, *, matches: int = 0, failed: str | None = None
 ) -> ModelFigures:
-    log_loss, brier, auc = window.scores(max_age)
+    sc = window.scores(max_age)
     return ModelFigures(
-        name, role, window.count, window.filled, log_loss, brier, auc, window.scored_at, matches, failed
+        name,
+        role,
+        window.count,
+        window.filled,
+        sc.log_loss,
+        sc.brier,
+        sc.auc,
+        sc.ece,
+        scored=window.scored_at,
+        matches=matches,
+        failed=failed,
     )

@@ -8,6 +8,7 @@ collector reads at scrape time.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,11 +69,13 @@ class ModelFigures:
 
     model: str
     role: str  # "primary" (the ADR ladder) or "shadow"
-    predictions: int  # scored predictions since the state began (checkpointed)
+    predictions: int  # scored predictions since the state began (checkpointed; without shadows:
+    # since the process started, the engine's own ring, arenad.daemon.shadows)
     window: int  # of which in the window now (at most [models] window)
     log_loss: float  # nan while the window is empty
     brier: float
     auc: float
+    ece: float = math.nan  # 10 equal-width bins, count-weighted (arenad.evaluation.metrics.ece)
     scored: int = 0  # the prediction count the scores are of (recomputed at most once a second)
     matches: int = 0  # match placements the model rated (update_match)
     failed: str | None = None  # why the model was stopped, if it raised
@@ -85,6 +88,7 @@ class ModelFigures:
             "window": self.window,
             "log_loss": self.log_loss,
             "brier": self.brier,
+            "ece": self.ece,
             "auc": self.auc,
             "scored": self.scored,
             "matches": self.matches,

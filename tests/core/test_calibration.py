@@ -248,3 +248,37 @@ def test_a_state_from_before_issue_14_loads() -> None:
     assert back.calibration == 1.0 and back._cal_info == CAL_PRIOR
     expected = array("d", (r - DISPLAY_K * s for r, s in zip(eng._r, eng._sigma, strict=True)))
     assert back._disp == expected
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_recalibration_waits_for_enough_kills(native: bool) -> None:
+    """recalibrate_min_events: on a sparse stream (one kill per interval) a recalibration comes
+    only once that many kills were applied since the last one; 0 recalibrates at every interval."""
+    for minimum, expected in ((0, 200), (10, 19)):  # with 10: after kills 10, 20, ..., 190
+        eng = Engine(ADRParams(recalibrate_min_events=minimum), native=native)
+        calibrations = 0
+        for k in range(200):
+            if eng.recalibration_due_before("a", "b", T0 + 400.0 * k):
+                calibrations += 1
+            eng.feed("a" if k % 2 else "b", "b" if k % 2 else "a", T0 + 400.0 * k)
+        assert calibrations == expected
+        assert eng.next_recalibration <= T0 + 400.0 * 199 + eng.params.recalibrate_interval
+        back = Engine.from_state(eng.export_state(), eng.params)
+        assert back.recal_applied == eng.recal_applied
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_sigma_drifts_at_a_return_that_coincides_with_a_sweep(native: bool) -> None:
+    """The inactivity sweep at the returning kill's own time moves the decay clock to it; sigma's
+    drift, which the sweep leaves to the event (sweep_sigma = false), must still run."""
+    eng = Engine(ADRParams(anchor=False), native=native)
+    for k in range(60):
+        eng.feed("a", f"v{k % 6}", T0 + 100.0 * k)
+        eng.feed(f"v{(k + 1) % 6}", f"v{(k + 3) % 6}", T0 + 100.0 * k + 50.0)
+    i = eng.ids["a"]
+    settled = eng.sigma(i)
+    back = T0 + 61 * DAY
+    eng.recalibrate(back)  # the day's sweep, at the kill's time
+    assert eng._last[i] == back and eng.sigma(i) == settled  # swept: decayed, sigma left alone
+    eng.feed("v1", "a", back)
+    assert eng.sigma(i) > 3 * settled  # drifted to ~335, then §4.3 took it to ~96

@@ -59,6 +59,7 @@ MECHANISM_SETS: list[dict[str, Any]] = [
         "display_cap": False,
     },
     {**PARAM_SETS[1], "display_cap": True, "delta_max": 2.0, "sweep_sigma": True, "idle_after": 0.01},
+    {**PARAM_SETS[4], "recalibrate_min_events": 7},
 ]
 ALL_SETS = PARAM_SETS + PAPER_SETS + MECHANISM_SETS
 ALL_IDS = (

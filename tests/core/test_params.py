@@ -57,6 +57,7 @@ FLOAT_KEYS: tuple[str, ...] = (
 OPTIONAL_FLOAT_KEYS: tuple[str, ...] = ("nu_min", "nu_max")
 INT_KEYS: tuple[str, ...] = (
     "s_max", "n_min", "n_active", "p_min", "window_len", "return_events", "max_players",
+    "recalibrate_min_events",
 )  # fmt: skip
 BOOL_KEYS: tuple[str, ...] = ("anchor", "pool_losses", "decay", "cap_decay", "sweep_sigma", "display_cap")
 CHOICE_KEYS: dict[str, tuple[str, ...]] = {
@@ -163,7 +164,7 @@ NOT_IN_PAPER_TABLE: frozenset[str] = frozenset(
         # arenad choices (docs/adr.md)
         "loser_rule", "anchor", "pool_release", "return_events", "pool_losses",
         "initial_spread", "recalibrate_interval", "late_tolerance", "max_players",
-        "player_cap_policy", "decay", "idle_after", "sweep_interval",
+        "player_cap_policy", "decay", "idle_after", "sweep_interval", "recalibrate_min_events",
         # issue 14: calibration and safeguards (docs/adr.md "Defaults by measurement")
         "link", "calibration_memory", "decay_grace", "cap_decay", "sweep_sigma", "display_cap",
         "placement_weight", "repeat_weight",
@@ -532,6 +533,8 @@ _bad("repeat_weight", "must lie in [0, 1] (0: the paper's filter)", "negative", 
 _bad("repeat_weight", "must lie in [0, 1] (0: the paper's filter)", "above-one", repeat_weight=above(1.0))
 _ok("repeat_weight", "one", repeat_weight=1.0)
 _bad("link", 'must be "arctan" or "logistic"', "other", link="probit")
+_bad("recalibrate_min_events", "must be >= 0 (0: time alone)", "negative", recalibrate_min_events=-1)
+_ok("recalibrate_min_events", "zero", recalibrate_min_events=0)
 # choices and bools (their "range" is the set of allowed values)
 _bad("loser_rule", 'must be "corrected" or "printed"', "other", loser_rule="both")
 _bad("pool_release", 'must be "transfer" or "literal"', "other", pool_release="drain")
@@ -982,6 +985,7 @@ SINGLE_KEY_VALID: dict[str, st.SearchStrategy[Any]] = {
     "cap_decay": st.booleans(),
     "sweep_sigma": st.booleans(),
     "display_cap": st.booleans(),
+    "recalibrate_min_events": st.integers(min_value=0),
     "placement_weight": num(0.0, 1.0),
     "repeat_weight": num(0.0, 1.0),
 }
@@ -1003,6 +1007,7 @@ SINGLE_KEY_INVALID: dict[str, st.SearchStrategy[Any]] = {
     "n_active": st.integers(max_value=0),
     "p_min": st.integers(max_value=0),
     "return_events": st.integers(max_value=-1),
+    "recalibrate_min_events": st.integers(max_value=-1),
     "max_players": st.one_of(st.integers(max_value=1), st.integers(min_value=(1 << 32) + 1)),
     "window_len": st.one_of(st.integers(max_value=0), st.integers(min_value=10_001)),
     "alpha": st.one_of(NEGATIVE, num(above(1.0))),

@@ -36,6 +36,7 @@ HISTOGRAMS = (
 MODEL_SERIES = (
     "arenad_model_log_loss",
     "arenad_model_brier",
+    "arenad_model_ece",
     "arenad_model_auc",
     "arenad_model_predictions_total",
     "arenad_model_window_predictions",
@@ -88,9 +89,9 @@ def full_snapshot() -> MetricsSnapshot:
         time_clamped=32,
         clock_offset=-31.5,
         models=[
-            ModelFigures("adr", "primary", 900, 500, 0.61, 0.21, 0.74),
-            ModelFigures("glicko2-mp", "shadow", 900, 500, 0.58, 0.2, 0.77, matches=14, failed=None),
-            ModelFigures("broken", "shadow", 10, 10, math.nan, 0.25, 0.5, failed="RuntimeError: bug"),
+            ModelFigures("adr", "primary", 900, 500, 0.61, 0.21, 0.74, ece=0.031),
+            ModelFigures("glicko2-mp", "shadow", 900, 500, 0.58, 0.2, 0.77, 0.052, matches=14, failed=None),
+            ModelFigures("broken", "shadow", 10, 10, math.nan, 0.25, 0.5, 0.125, failed="RuntimeError: bug"),
         ],
     )
 
@@ -231,9 +232,9 @@ class TestExportedValues:
             one("arenad_wall_clock_offset_seconds"): -31.5,
         }
         for name, values in {
-            "adr": (0.61, 0.21, 0.74, 900, 500, 0, 0),
-            "glicko2-mp": (0.58, 0.2, 0.77, 900, 500, 14, 0),
-            "broken": (math.nan, 0.25, 0.5, 10, 10, 0, 1),
+            "adr": (0.61, 0.21, 0.031, 0.74, 900, 500, 0, 0),
+            "glicko2-mp": (0.58, 0.2, 0.052, 0.77, 900, 500, 14, 0),
+            "broken": (math.nan, 0.25, 0.125, 0.5, 10, 10, 0, 1),
         }.items():
             for metric, value in zip(MODEL_SERIES, values, strict=True):
                 expected[one(metric, model=name)] = value
@@ -536,6 +537,7 @@ class TestDashboard:
             "arenad_mqtt_connected",
             "arenad_model_log_loss",
             "arenad_model_brier",
+            "arenad_model_ece",
             "arenad_model_auc",
         ):
             assert re.search(rf"\b{name}\b", queries), name

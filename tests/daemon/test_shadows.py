@@ -26,10 +26,10 @@ probabilities = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 
 def reference_scores(
     predictions: Sequence[float], window: int, number: int = 0
-) -> tuple[float, float, float]:
-    """The window's figures computed from scratch: the last ``window`` predictions, prediction m
-    shown reversed when m is odd (``predictions[0]`` is prediction ``number``), then the offline
-    metric functions."""
+) -> tuple[float, float, float, float]:
+    """The window's figures (log loss, Brier, ECE, AUC) computed from scratch: the last ``window``
+    predictions, prediction m shown reversed when m is odd (``predictions[0]`` is prediction
+    ``number``), then the offline metric functions."""
     first = max(0, len(predictions) - window)
     shown, y = [], []
     for k in range(first, len(predictions)):
@@ -38,8 +38,8 @@ def reference_scores(
         shown.append(1.0 - p if m % 2 else p)
         y.append(0.0 if m % 2 else 1.0)
     if not shown:
-        return math.nan, math.nan, math.nan
-    return metrics.log_loss(shown, y), metrics.brier(shown, y), metrics.auc(shown, y)
+        return math.nan, math.nan, math.nan, math.nan
+    return metrics.log_loss(shown, y), metrics.brier(shown, y), metrics.ece(shown, y), metrics.auc(shown, y)
 
 
 def same(a: Sequence[float], b: Sequence[float]) -> bool:
