@@ -28,6 +28,7 @@ import json
 import os
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,10 @@ from openskill.models import PlackettLuce
 
 from arenad.core.engine import Engine
 from arenad.core.params import ADRParams
-from arenad.decode import iter_file
 from arenad.evaluation.fast import columns, walk_forward_adr
 from arenad.evaluation.walkforward import walk_forward
 from arenad.models.adr import ADRModel
-from arenad.replay import replay_events, replay_files
+from arenad.replay import iter_file, replay_events, replay_files
 from bench.stream import StreamConfig, Workload, generate
 
 Event = tuple[str, str, float]
@@ -133,13 +133,32 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="10,000 players, 100,000 events")
     ap.add_argument("--json", action="store_true", help="print every figure as one JSON object last")
     ap.add_argument("--paper", action="store_true", help='rate with preset = "paper" instead of the defaults')
+    ap.add_argument(
+        "--main-only",
+        action="store_true",
+        help="only the main stream (dense: 200 events/s of event time), without the 90-day warm-up history",
+    )
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="an [adr] key, repeatable"
+    )
     args = ap.parse_args()
     players, n = (10_000, 100_000) if args.quick else (args.players, args.events)
-    params = ADRParams.paper() if args.paper else ADRParams()
+    table: dict[str, Any] = {"preset": "paper" if args.paper else "default"}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        table[key] = tomllib.loads(f"v = {value}")["v"]
+    params = ADRParams.from_mapping(table)
+    results_params = {k: v for k, v in table.items() if k != "preset"}
     work = generate(StreamConfig(players=players, events=n))
-    events = stream_events(work)
+    events = list(work.events) if args.main_only else stream_events(work)
     warm = events[: len(events) - len(work.events)]
-    results: dict[str, Any] = {"players": players, "main_events": n, "events": len(events)}
+    results: dict[str, Any] = {
+        "players": players,
+        "main_events": n,
+        "events": len(events),
+        "preset": table["preset"],
+        "set": results_params,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "events.jsonl"
         write_jsonl(events, path)

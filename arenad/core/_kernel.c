@@ -19,6 +19,8 @@
 #include "_native.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <string.h>
 #include <structmember.h>
 
 /* CPython 3.11's array.array object (Modules/arraymodule.c). The layout is private, so
@@ -36,6 +38,7 @@ typedef struct {
 enum { C_R, C_SIGMA, C_STREAK, C_PHI, C_POOL, C_N, C_LAST, C_WSUM, C_RET, C_H, C_WSLOT, C_WRING, C_ARING, C_DISP, NCOLS };
 static const char *const col_attr[NCOLS] = {"_r",   "_sigma", "_streak", "_phi",   "_pool",  "_n",    "_last",
                                             "_wsum", "_ret",   "_h",      "_wslot", "_wring", "_aring", "_disp"};
+/* How the kernel reads each column (checked against Engine.KERNEL_COLUMNS at start-up). */
 static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l', 'd', 'I', 'd', 'd', 'd'};
 #define DISPLAY_K 3.0 /* engine.DISPLAY_K */
 
@@ -58,7 +61,6 @@ static PyObject *fsum_fn;
 
 #define TIER_COUNT 15
 #define ID_BITS 32
-#define NK 34 /* len(Engine._k) */
 #define INV_PI (1.0 / 3.141592653589793)
 #define K4PI (4.0 / 3.141592653589793) /* engine._K4PI */
 #define CAL_MIN 0.125
@@ -72,8 +74,9 @@ typedef struct {
     Py_ssize_t koff[NKEYS];
     Py_ssize_t coff[NCOLS];
     Py_ssize_t off_next_recal;
+    char ccode[NCOLS]; /* the type codes Engine.KERNEL_COLUMNS declares */
     PyObject *applied_obj, *filtered_obj;
-    /* ADRParams, derived as in Engine.__init__ (`_k`), plus the two the prelude needs. */
+    /* ADRParams as derived by engine.kernel_constants, read by name from Engine._kc. */
     double t_return_s, tau_s, drift_s, smax, smin, theta, lam, speak, speak2, eta_min, span;
     double rho_s, rho_v_w, gamma_phi, c_loss, dmax, inv_g2, lp, keep_phi;
     double late_tolerance, t_cooldown, sigma_place, h_req;
@@ -675,6 +678,78 @@ fail_pair:
     return NULL;
 }
 
+/* The constants the kernel reads from Engine._kc, by name (engine.kernel_constants declares them). */
+enum { KC_DOUBLE, KC_INT, KC_BOOL };
+#define KC(name, kind) {#name, kind, offsetof(KernelObject, name)}
+static const struct {
+    const char *name;
+    int kind;
+    size_t offset;
+} constants[] = {
+    KC(t_return_s, KC_DOUBLE),     KC(returning_events, KC_INT), KC(tau_s, KC_DOUBLE),
+    KC(drift_s, KC_DOUBLE),        KC(smax, KC_DOUBLE),          KC(smin, KC_DOUBLE),
+    KC(theta, KC_DOUBLE),          KC(lam, KC_DOUBLE),           KC(speak, KC_DOUBLE),
+    KC(speak2, KC_DOUBLE),         KC(eta_min, KC_DOUBLE),       KC(span, KC_DOUBLE),
+    KC(wlen, KC_INT),              KC(rho_s, KC_DOUBLE),         KC(s_max, KC_INT),
+    KC(rho_v_w, KC_DOUBLE),        KC(gamma_phi, KC_DOUBLE),     KC(c_loss, KC_DOUBLE),
+    KC(corrected, KC_BOOL),        KC(pool_losses, KC_BOOL),     KC(dmax, KC_DOUBLE),
+    KC(inv_g2, KC_DOUBLE),         KC(lp, KC_DOUBLE),            KC(keep_phi, KC_DOUBLE),
+    KC(n_act, KC_INT),             KC(n_min, KC_INT),            KC(decay_on, KC_BOOL),
+    KC(logistic, KC_BOOL),         KC(cal_keep, KC_DOUBLE),      KC(grace_s, KC_DOUBLE),
+    KC(cap_decay, KC_BOOL),        KC(sweep_sigma, KC_BOOL),     KC(repeat_w, KC_DOUBLE),
+    KC(display_cap, KC_BOOL),      KC(late_tolerance, KC_DOUBLE), KC(t_cooldown, KC_DOUBLE),
+    KC(sigma_place, KC_DOUBLE),    KC(h_req, KC_DOUBLE),         KC(max_players, KC_INT),
+    KC(recal_min_events, KC_INT),
+};
+
+/* The columns and attributes the kernel touches must be declared in Engine.KERNEL_COLUMNS (with
+ * the array type code the kernel reads them as) and Engine.KERNEL_ATTRIBUTES: the one table, in
+ * engine.py, that both sides read. 0, or -1 with an error naming what is not declared. */
+static int check_contract(KernelObject *self, PyObject *engine) {
+    PyObject *cls = (PyObject *)Py_TYPE(engine);
+    PyObject *cols = PyObject_GetAttrString(cls, "KERNEL_COLUMNS");
+    PyObject *attrs = cols ? PyObject_GetAttrString(cls, "KERNEL_ATTRIBUTES") : NULL;
+    int rc = -1;
+    if (!cols || !attrs) goto done;
+    if (!PyDict_Check(cols)) {
+        PyErr_SetString(PyExc_TypeError, "Engine.KERNEL_COLUMNS must be a dict of name -> type code");
+        goto done;
+    }
+    for (int c = 0; c < NCOLS; c++) {
+        PyObject *code = PyDict_GetItemString(cols, col_attr[c]);
+        const char *text = code && PyUnicode_Check(code) ? PyUnicode_AsUTF8(code) : NULL;
+        if (!text || strlen(text) != 1) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "the kernel reads Engine.%s, not declared in KERNEL_COLUMNS", col_attr[c]);
+            goto done;
+        }
+        if (text[0] != col_code[c]) {
+            PyErr_Format(PyExc_TypeError, "KERNEL_COLUMNS declares Engine.%s as '%c'; the kernel reads it as '%c'",
+                         col_attr[c], text[0], col_code[c]);
+            goto done;
+        }
+        self->ccode[c] = text[0];
+    }
+    for (int i = 0; i < NKEYS; i++) {
+        int has = PySequence_Contains(attrs, keys[i]);
+        if (has < 0) goto done;
+        if (!has) {
+            PyErr_Format(PyExc_TypeError, "the kernel touches Engine.%U, not declared in KERNEL_ATTRIBUTES", keys[i]);
+            goto done;
+        }
+    }
+    int has = PySequence_Contains(attrs, s_next_recal);
+    if (has <= 0) {
+        if (!has) PyErr_SetString(PyExc_TypeError, "next_recalibration is not declared in KERNEL_ATTRIBUTES");
+        goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(cols);
+    Py_XDECREF(attrs);
+    return rc;
+}
+
 /* The offset of `name`, an object slot (__slots__) of the engine's type; -1 with an error. */
 static Py_ssize_t slot_offset(PyObject *engine, PyObject *name) {
     PyObject *desc = PyObject_GetAttr((PyObject *)Py_TYPE(engine), name);
@@ -693,6 +768,7 @@ static Py_ssize_t slot_offset(PyObject *engine, PyObject *name) {
 static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     PyObject *engine, *applied, *filtered;
     if (!PyArg_ParseTuple(args, "OOO", &engine, &applied, &filtered)) return -1;
+    if (check_contract(self, engine) < 0) return -1;
     for (int i = 0; i < NKEYS; i++)
         if ((self->koff[i] = slot_offset(engine, keys[i])) < 0) return -1;
     for (int c = 0; c < NCOLS; c++)
@@ -706,75 +782,37 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
             return -1;
         }
     }
-    PyObject *k = PyObject_GetAttrString(engine, "_k");
-    PyObject *params = k ? PyObject_GetAttrString(engine, "params") : NULL;
-    if (!k || !PyTuple_Check(k) || PyTuple_GET_SIZE(k) != NK || !params) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Engine._k must be the 34 derived parameters");
-        Py_XDECREF(params);
-        Py_XDECREF(k);
+    /* The constants, by name, from Engine._kc (engine.kernel_constants): nothing positional. */
+    PyObject *kc = PyObject_GetAttrString(engine, "_kc");
+    if (!kc) return -1;
+    if (!PyDict_Check(kc)) {
+        Py_DECREF(kc);
+        PyErr_SetString(PyExc_TypeError, "Engine._kc must be the dict of kernel_constants()");
         return -1;
     }
-    double *dst[] = {&self->t_return_s, NULL, &self->tau_s, &self->drift_s, &self->smax, &self->smin, &self->theta,
-                     &self->lam, &self->speak, &self->speak2, &self->eta_min, &self->span, NULL, &self->rho_s,
-                     NULL, &self->rho_v_w, &self->gamma_phi, &self->c_loss, NULL, NULL, &self->dmax, &self->inv_g2,
-                     &self->lp, &self->keep_phi, NULL, NULL, NULL, NULL, &self->cal_keep, &self->grace_s,
-                     NULL, NULL, &self->repeat_w, NULL};
-    int64_t *idst[NK] = {NULL};
-    idst[1] = &self->returning_events;
-    idst[12] = &self->wlen;
-    idst[14] = &self->s_max;
-    idst[24] = &self->n_act;
-    idst[25] = &self->n_min;
-    int *bdst[NK] = {NULL};
-    bdst[18] = &self->corrected;
-    bdst[19] = &self->pool_losses;
-    bdst[26] = &self->decay_on;
-    bdst[27] = &self->logistic;
-    bdst[30] = &self->cap_decay;
-    bdst[31] = &self->sweep_sigma;
-    bdst[33] = &self->display_cap;
-    for (int i = 0; i < NK; i++) {
-        PyObject *v = PyTuple_GET_ITEM(k, i);
-        if (dst[i]) {
-            *dst[i] = PyFloat_AsDouble(v);
-        } else if (idst[i]) {
-            if (!PyLong_Check(v)) PyErr_Format(PyExc_TypeError, "Engine._k[%d] must be an int", i);
-            else *idst[i] = PyLong_AsLongLong(v);
+    for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++) {
+        PyObject *v = PyDict_GetItemString(kc, constants[i].name); /* borrowed */
+        char *field = (char *)self + constants[i].offset;
+        if (!v) {
+            PyErr_Format(PyExc_KeyError, "the kernel needs constant %s, missing from Engine._kc", constants[i].name);
+        } else if (constants[i].kind == KC_DOUBLE) {
+            if (PyBool_Check(v) || !(PyFloat_Check(v) || PyLong_Check(v)))
+                PyErr_Format(PyExc_TypeError, "Engine._kc[%s] must be a number", constants[i].name);
+            else *(double *)field = PyFloat_AsDouble(v);
+        } else if (constants[i].kind == KC_INT) {
+            if (!PyLong_Check(v) || PyBool_Check(v))
+                PyErr_Format(PyExc_TypeError, "Engine._kc[%s] must be an int", constants[i].name);
+            else *(int64_t *)field = PyLong_AsLongLong(v);
         } else {
-            *bdst[i] = PyObject_IsTrue(v);
+            if (!PyBool_Check(v)) PyErr_Format(PyExc_TypeError, "Engine._kc[%s] must be a bool", constants[i].name);
+            else *(int *)field = v == Py_True;
         }
         if (PyErr_Occurred()) {
-            Py_DECREF(params);
-            Py_DECREF(k);
+            Py_DECREF(kc);
             return -1;
         }
     }
-    Py_DECREF(k);
-    PyObject *lt = PyObject_GetAttrString(params, "late_tolerance");
-    PyObject *tc = lt ? PyObject_GetAttrString(params, "t_cooldown") : NULL;
-    PyObject *sp = tc ? PyObject_GetAttrString(params, "sigma_place") : NULL;
-    PyObject *hr = sp ? PyObject_GetAttrString(params, "h_req") : NULL;
-    PyObject *mp = hr ? PyObject_GetAttrString(params, "max_players") : NULL;
-    PyObject *me = mp ? PyObject_GetAttrString(params, "recalibrate_min_events") : NULL;
-    Py_DECREF(params);
-    if (mp) {
-        self->max_players = PyLong_AsLongLong(mp);
-        Py_DECREF(mp);
-    }
-    if (me) {
-        self->recal_min_events = PyLong_AsLongLong(me);
-        Py_DECREF(me);
-    }
-    if (hr) {
-        self->late_tolerance = PyFloat_AsDouble(lt);
-        self->t_cooldown = PyFloat_AsDouble(tc);
-        self->sigma_place = PyFloat_AsDouble(sp);
-        self->h_req = PyFloat_AsDouble(hr);
-    }
-    Py_XDECREF(lt);
-    Py_XDECREF(tc);
-    Py_XDECREF(sp);
-    Py_XDECREF(hr);
+    Py_DECREF(kc);
     if (PyErr_Occurred() || self->wlen < 1 || self->n_act < 1) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "window_len and n_active must be >= 1");
         return -1;

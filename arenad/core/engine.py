@@ -35,7 +35,7 @@ from functools import lru_cache
 from itertools import compress
 from math import atan, exp, fsum, isfinite, sqrt
 from statistics import NormalDist
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -220,6 +220,60 @@ class TierInfo:
     active: int
 
 
+def kernel_constants(p: ADRParams) -> dict[str, Any]:
+    """Every parameter the update needs, derived once, by name: ``Engine._kc``.
+
+    The C kernel reads the ones it uses from this dict by name at start-up (``_kernel.c``
+    ``constants[]``; a missing name or a wrong type refuses the kernel), so adding or reordering
+    an entry needs no edit there. ``Engine._k`` is its values in this order, _apply_py's one
+    unpack (its names are these keys, an unused one with a leading underscore: a test checks it);
+    the last six only the kernel reads (the Python path reads ``params`` for those).
+    """
+    return {
+        "t_return_s": p.t_return * p.day_seconds,
+        "returning_events": p.returning_events,
+        "tau_s": p.tau * p.day_seconds,
+        "drift_s": p.sigma_drift / p.day_seconds,
+        "smax": p.sigma_max,
+        "smin": p.sigma_min,
+        "theta": p.theta,
+        "lam": p.lambda_,
+        "speak": p.sigma_peak,
+        "speak2": p.sigma_peak * p.sigma_peak,
+        "eta_min": p.eta_min,
+        "span": p.eta_max - p.eta_min,
+        "wlen": p.window_len,
+        "rho_s": p.rho_s,
+        "s_max": p.s_max,
+        "rho_v_w": p.rho_v / p.w_ref,
+        "gamma_phi": p.gamma_phi,
+        "c_loss": p.c_loss,
+        "corrected": p.loser_rule == "corrected",
+        "pool_losses": p.pool_losses,
+        "dmax": p.delta_max,
+        "inv_g2": 1.0 / (p.gamma * p.gamma),
+        "lp": p.lambda_phi,
+        "keep_phi": 1.0 - p.lambda_phi,
+        "n_act": p.n_active,
+        "n_min": p.n_min,
+        "decay_on": p.decay,
+        "logistic": p.link == "logistic",
+        "cal_keep": 1.0 - 1.0 / p.calibration_memory if p.calibration_memory else 0.0,
+        "grace_s": p.decay_grace * p.day_seconds,
+        "cap_decay": p.cap_decay,
+        "sweep_sigma": p.sweep_sigma,
+        "repeat_w": p.repeat_weight,
+        "display_cap": p.display_cap,
+        # read by the kernel only
+        "late_tolerance": p.late_tolerance,
+        "t_cooldown": p.t_cooldown,
+        "sigma_place": p.sigma_place,
+        "h_req": p.h_req,
+        "max_players": p.max_players,
+        "recal_min_events": p.recalibrate_min_events,
+    }
+
+
 def initial_boundaries(params: ADRParams) -> list[float]:
     """B_1..B_14 before the first calibration (arenad choice, docs/adr.md §6.3).
 
@@ -255,6 +309,7 @@ class Engine:
         "_feed_native",
         "_h",
         "_k",
+        "_kc",
         "_ladder",
         "_last",
         "_max_players",
@@ -302,6 +357,22 @@ class Engine:
         "scope",
         "sweeps",
         "tier_changes",
+    )  # fmt: skip
+
+    #: The C kernel's contract, declared once (``_kernel.c`` reads these at start-up and refuses
+    #: to run on a column or attribute not declared here, or a column of another type code): the
+    #: per-player array columns it reads and writes, with their ``array`` type codes ...
+    KERNEL_COLUMNS: ClassVar[dict[str, str]] = {
+        "_r": "d", "_sigma": "d", "_streak": "q", "_phi": "d", "_pool": "d", "_n": "q",
+        "_last": "d", "_wsum": "d", "_ret": "l", "_h": "d", "_wslot": "I", "_wring": "d",
+        "_aring": "d", "_disp": "d",
+    }  # fmt: skip
+    #: ... and the other attributes it reads or sets in place (its constants are ``_kc``).
+    KERNEL_ATTRIBUTES: ClassVar[tuple[str, ...]] = (
+        "clock", "late_applied", "filtered", "_n_active", "_sum_r_active", "_sum_r_all",
+        "_sum_sigma", "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied",
+        "names", "ids", "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier",
+        "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied", "next_recalibration",
     )  # fmt: skip
 
     def __init__(self, params: ADRParams | None = None, *, native: bool | None = None) -> None:
@@ -367,18 +438,11 @@ class Engine:
         self.rejected: dict[str, int] = {}
         self.late_applied = 0
         self.tier_changes = 0
-        self._k = (
-            p.t_return * p.day_seconds, p.returning_events, p.tau * p.day_seconds,
-            p.sigma_drift / p.day_seconds, p.sigma_max, p.sigma_min, p.theta, p.lambda_,
-            p.sigma_peak, p.sigma_peak * p.sigma_peak, p.eta_min, p.eta_max - p.eta_min,
-            p.window_len, p.rho_s, p.s_max, p.rho_v / p.w_ref, p.gamma_phi, p.c_loss,
-            p.loser_rule == "corrected", p.pool_losses, p.delta_max, 1.0 / (p.gamma * p.gamma),
-            p.lambda_phi, 1.0 - p.lambda_phi, p.n_active, p.n_min, p.decay,
-            p.link == "logistic",
-            1.0 - 1.0 / p.calibration_memory if p.calibration_memory else 0.0,
-            p.decay_grace * p.day_seconds, p.cap_decay,
-            p.sweep_sigma, p.repeat_weight, p.display_cap,
-        )  # fmt: skip
+        # The derived parameters by name (the C kernel reads this dict at start-up), and as a
+        # tuple in the same order for _apply_py's one unpack (tests/core/test_native_kernel.py
+        # checks that the unpack names are these names).
+        self._kc: dict[str, Any] = kernel_constants(p)
+        self._k: tuple[Any, ...] = tuple(self._kc.values())
         #: The online calibration multiplier on the link's argument (predictions only).
         self._cal = 1.0
         self._cal_info = CAL_PRIOR  # the Fisher information behind _cal
@@ -558,6 +622,7 @@ class Engine:
             eta_min, span, wlen, rho_s, s_max, rho_v_w, gamma_phi, c_loss, corrected, pool_losses,
             dmax, inv_g2, lp, keep_phi, n_act, n_min, decay_on,
             logistic, cal_keep, grace_s, cap_decay, sweep_sigma, _repeat_w, display_cap,
+            _late_tolerance, _t_cooldown, _sigma_place, _h_req, _max_players, _recal_min_events,
         ) = self._k  # fmt: skip
         r_arr = self._r
         s_arr = self._sigma
@@ -841,11 +906,11 @@ class Engine:
     def _repeat(self, a: int, b: int, t: float, since: float) -> None:
         """A §2.1 repeat inside the cooldown: predicted and calibrated on, and learnt at the
         decaying weight ``repeat_weight * since / t_cooldown`` when that is set (0: the paper)."""
-        k = self._k
+        k = self._kc
         n_players = len(self.names)
-        z = (self._r[a] - self._r[b]) / (k[6] + k[7] * self._sum_sigma / n_players)
-        self._predicted(z, k[27], k[28])
-        w = k[32]
+        z = (self._r[a] - self._r[b]) / (k["theta"] + k["lam"] * self._sum_sigma / n_players)
+        self._predicted(z, k["logistic"], k["cal_keep"])
+        w = k["repeat_w"]
         if w:
             self._learn_pair(a, b, t, w * since / self.params.t_cooldown, z)
 
@@ -874,15 +939,15 @@ class Engine:
         p = self.params
         r = self._r
         s = self._sigma
-        k = self._k
-        surprise = 1.0 - link_p(z, k[27])
+        k = self._kc
+        surprise = 1.0 - link_p(z, k["logistic"])
         lo = self._r_lo
         hi = self._r_hi
         dmax = p.delta_max
         changes = []
         for i, sign in ((a, 1.0), (b, -1.0)):
             sg = s[i]
-            eta = p.eta_min + (p.eta_max - p.eta_min) * (2.0 * sg * p.sigma_peak) / (sg * sg + k[9])
+            eta = p.eta_min + (p.eta_max - p.eta_min) * (2.0 * sg * p.sigma_peak) / (sg * sg + k["speak2"])
             d = sign * weight * eta * surprise
             d = dmax if d > dmax else -dmax if d < -dmax else d
             new = r[i] + d
@@ -892,7 +957,7 @@ class Engine:
             old = r[i]
             was = old - DISPLAY_K * s[i]
             d = new - old
-            sg = 1.0 / sqrt(1.0 / (s[i] * s[i] + d * d) + k[21])
+            sg = 1.0 / sqrt(1.0 / (s[i] * s[i] + d * d) + k["inv_g2"])
             sg = p.sigma_min if sg < p.sigma_min else p.sigma_max if sg > p.sigma_max else sg
             self._sum_sigma += sg - s[i]
             s[i] = sg
@@ -927,8 +992,8 @@ class Engine:
         if size < 2:
             return 0
         weight = w / (size - 1)
-        k = self._k
-        d = k[6] + k[7] * self._sum_sigma / len(self.names)
+        k = self._kc
+        d = k["theta"] + k["lam"] * self._sum_sigma / len(self.names)
         r = self._r
         pairs = [
             (i, j, (r[i] - r[j]) / d)
@@ -1587,7 +1652,7 @@ class Engine:
         """§3.1 P(i kills j) from stored ratings, the current D(t), the link and the online
         calibration multiplier (docs/adr.md)."""
         d = self.params.theta + self.params.lambda_ * self.mean_sigma
-        return calibrated(self._cal, (self._r[i] - self._r[j]) / d, self._k[27])[0]
+        return calibrated(self._cal, (self._r[i] - self._r[j]) / d, self._kc["logistic"])[0]
 
     @property
     def mean_sigma(self) -> float:

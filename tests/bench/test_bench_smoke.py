@@ -30,6 +30,16 @@ class TestBenchmarksRun:
         assert isinstance(results, list) and results[0]["players"] == 2000
         assert results[0]["throughput"]["events_per_s"] > 0
 
+    def test_replay_benchmark(self) -> None:
+        """bench.replay: the batch replay, the batched tuning evaluation and Engine.feed beside
+        their references, and the batch replay reaching the per-event path's state."""
+        out = run("bench.replay", "--players", "2000", "--events", "20000", "--json")
+        replay = out["replay"]
+        assert isinstance(replay, dict) and replay["same_state"] is True
+        assert out["events"] > 20000  # the warm-up history comes first
+        feed = out["feed"]
+        assert isinstance(feed, dict) and feed["openskill_rate_per_s"] > 0
+
     def test_feed_benchmark(self) -> None:
         out = run("bench.feeds", "--lines", "5000", "--kills", "2000", "--repeat", "1")
         formats = out["formats"]

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arenad.core.engine import KERNEL, Engine, Outcome
+from arenad.core.engine import KERNEL, Engine, Outcome, kernel_constants
 from arenad.core.params import PAPER, ADRParams
 
 # Only where no C compiler exists; test_the_kernel_is_built_where_it_can_be fails where one does.
@@ -246,3 +246,78 @@ def test_run_records_equals_feeding_one_by_one(stream: list[Event], chunk: int) 
             done += 1
         k = done
     assert_same(batch, single)
+
+
+# ---------------------------------------------------------------------------- the contract
+def _unpack_names() -> list[str]:
+    """The names _apply_py unpacks ``self._k`` into, read from its source."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(Engine._apply_py)))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "_k"
+            and isinstance(node.targets[0], ast.Tuple)
+        ):
+            return [e.id for e in node.targets[0].elts if isinstance(e, ast.Name)]
+    raise AssertionError("no unpack of self._k in _apply_py")
+
+
+def test_the_python_unpack_follows_the_named_constants() -> None:
+    """``_k`` is ``_kc``'s values: the unpack's names are its keys, in order (one table)."""
+    names = list(kernel_constants(ADRParams()))
+    unpacked = _unpack_names()
+    # an unused one carries a leading underscore
+    assert [n.removeprefix("_") for n in unpacked] == names
+
+
+def test_the_columns_table_is_the_engine_state() -> None:
+    eng = Engine()
+    eng.feed("a", "b", 1.0)
+    for name, code in Engine.KERNEL_COLUMNS.items():
+        assert getattr(eng, name).typecode == code
+    from arenad.core.engine import _COLUMNS
+
+    assert set(_COLUMNS.values()) == set(Engine.KERNEL_COLUMNS)
+
+
+@needs_kernel
+@pytest.mark.parametrize("change", ["drop_column", "retype_column", "drop_attribute", "drop_constant"])
+def test_the_kernel_refuses_what_the_table_does_not_declare(change: str) -> None:
+    """The C kernel reads the one table at start-up: a column, attribute or constant it needs
+    that Python does not declare (or declares with another type) refuses it, naming it."""
+    columns = dict(Engine.KERNEL_COLUMNS)
+    attributes = tuple(Engine.KERNEL_ATTRIBUTES)
+    if change == "drop_column":
+        del columns["_sigma"]
+    elif change == "retype_column":
+        columns["_n"] = "d"
+    elif change == "drop_attribute":
+        attributes = tuple(a for a in attributes if a != "_cal")
+
+    class Other(Engine):
+        KERNEL_COLUMNS = columns
+        KERNEL_ATTRIBUTES = attributes
+
+    if change == "drop_constant":
+        original = kernel_constants
+
+        def without_grace(p: ADRParams) -> dict[str, Any]:
+            return {k: v for k, v in original(p).items() if k != "grace_s"}
+
+        import arenad.core.engine as engine_module
+
+        engine_module.kernel_constants = without_grace
+        try:
+            with pytest.raises(KeyError, match="grace_s"):
+                Engine(native=True)
+        finally:
+            engine_module.kernel_constants = original
+        return
+    word = {"drop_column": "_sigma", "retype_column": "_n", "drop_attribute": "_cal"}[change]
+    with pytest.raises(TypeError, match=word):
+        Other(native=True)
