@@ -21,11 +21,11 @@ from arenad.auth import Signer, parse_key
 from arenad.core.events import KillEvent, PlacementEvent
 from arenad.core.params import ADRParams
 from arenad.daemon.admin_client import add_admin_parsers, run_admin
+from arenad.daemon.config_sources import TailSpec
 from arenad.daemon.emit import emit_mqtt, emit_udp, simulated_kills
 from arenad.daemon.query_client import add_query_parser, run_query
 from arenad.daemon.secrets import read_secret
-from arenad.daemon.sources.tail import TailSpec
-from arenad.decode import iter_file
+from arenad.daemon.sources.hl_udp import source_udp_feed_options
 from arenad.errors import ArenadError, ConfigError, ConfigProblem, InputError
 from arenad.evaluation.plots import (
     INSTALL_HINT,
@@ -39,10 +39,11 @@ from arenad.evaluation.returning import returning_toy
 from arenad.evaluation.tiers import TierRules
 from arenad.evaluation.truth import Truth
 from arenad.evaluation.walkforward import StreamEvent
-from arenad.feeds import discover_feeds
+from arenad.feeds import FeedPlugin, feed_plugin, loaded_feeds
+from arenad.fileio import atomic_text_file
 from arenad.models import discover_models
 from arenad.models.adr import adr_model
-from arenad.replay import replay_files, replay_log_files, replay_scoped, write_state
+from arenad.replay import iter_file, replay_files, replay_log_files, replay_scoped, write_state
 from arenad.scopes import ScopeSet, parse_scope
 from arenad.settings import Settings, load_settings
 from arenad.simulate import (
@@ -293,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "tune":
             return _tune(args, list(sys.argv[1:] if argv is None else argv))
         if args.command == "check-config":
-            load_settings(args.file)
+            load_checked(args.file)
             print(f"{args.file}: ok")
             return 0
         print(__version__)
@@ -318,19 +319,10 @@ def _replay(args: argparse.Namespace) -> int:
     elif args.format == "arenad" and not args.feed_option:
         engine, summary = replay_files(args.files, settings.adr)
     else:
-        feeds, _errors = discover_feeds()
-        feed = feeds.get(args.format)
-        if feed is None:
-            print(
-                f"arenad replay: unknown format {args.format!r} (known: {', '.join(sorted(feeds))})",
-                file=sys.stderr,
-            )
-            return 2
+        feed = _feed(args)
         engine, summary = replay_log_files(args.files, settings.adr, feed, _feed_options(args.feed_option))
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as out:
+    with atomic_text_file(args.out) as out:
         write_state(engine, out)
-    tmp.replace(args.out)
     print(json.dumps(summary.as_dict()))
     return 0
 
@@ -354,17 +346,18 @@ def _replay_scope(args: argparse.Namespace, settings: Settings) -> tuple[Any, An
     if args.format == "arenad" and not args.feed_option:
         events: Iterator[Any] = itertools.chain.from_iterable(iter_file(p) for p in args.files)
     else:
-        feeds, _errors = discover_feeds()
-        feed = feeds.get(args.format)
-        if feed is None:
-            raise ConfigError([ConfigProblem("--format", args.format, "unknown feed")], "command line")
-        events = _log_events(args.files, feed.parser(_feed_options(args.feed_option)))
+        events = _log_events(args.files, _feed(args).parser(_feed_options(args.feed_option)))
     summary = replay_scoped(events, scopes)
     try:
         key = scopes.resolve(args.scope)
     except KeyError as e:
         raise InputError(f"--scope {args.scope}: {e.args[0]}") from None
     return scopes.engines[key], summary
+
+
+def _feed(args: argparse.Namespace) -> FeedPlugin:
+    """The feed plugin ``--format`` names (``ConfigError`` listing the known ones if none)."""
+    return feed_plugin(args.format, key="--format", source="command line")
 
 
 def _log_events(paths: list[Path], parser: Any) -> Iterator[Any]:
@@ -700,12 +693,7 @@ def _file_events(args: argparse.Namespace) -> Iterator[StreamEvent]:
                 elif isinstance(decoded, PlacementEvent):
                     yield decoded
         return
-    feeds, _errors = discover_feeds()
-    feed = feeds.get(args.format)
-    if feed is None:
-        raise ConfigError(
-            [ConfigProblem("--format", args.format, f"unknown (known: {', '.join(sorted(feeds))})")]
-        )
+    feed = _feed(args)
     for path in args.files:
         if not path.is_file():
             raise InputError(f"no such file: {path}")
@@ -734,12 +722,12 @@ def _first_doc_line(name: str, factory: object) -> str:
 
 
 def _plugins() -> int:
-    feeds, errors = discover_feeds()
+    feeds, errors = loaded_feeds()
     models, model_errors = discover_models()
     print(json.dumps({
         "models": {name: _first_doc_line(name, factory) for name, factory in models.items()},
         "feeds": {name: plugin.description for name, plugin in sorted(feeds.items())},
-        "errors": errors + model_errors,
+        "errors": [*errors, *model_errors],
     }, indent=2))  # fmt: skip
     return 1 if errors else 0
 
@@ -748,9 +736,9 @@ def _run(args: argparse.Namespace) -> int:
     from arenad.daemon.logs import configure_logging  # noqa: PLC0415 - daemon-only imports
     from arenad.daemon.service import run_daemon  # noqa: PLC0415
 
-    settings = apply_run_flags(load_settings(args.config), args)
+    settings = apply_run_flags(load_checked(args.config), args)
     configure_logging(settings.log.format, settings.log.level)
-    reload = (lambda: apply_run_flags(load_settings(args.config), args)) if args.config is not None else None
+    reload = (lambda: apply_run_flags(load_checked(args.config), args)) if args.config is not None else None
     return run_daemon(settings, reload)
 
 
@@ -770,13 +758,13 @@ _RUN_FLAGS = (
 
 def apply_run_flags(settings: Settings, args: argparse.Namespace) -> Settings:
     """Command-line overrides of the usual keys, validated like the file."""
-    s = settings
+    changes: dict[str, dict[str, object]] = {}
     for flag, name, key in _RUN_FLAGS:
         value = getattr(args, flag)
         if value is not None:
-            s = replace(s, **{name: replace(getattr(s, name), **{key: value})})
+            changes.setdefault(name, {})[key] = value
     problems: list[ConfigProblem] = []
-    tails = list(s.tail)
+    tails: list[TailSpec] = []
     for text in getattr(args, "tail", []):
         fmt, sep, path = text.partition(":")
         if not sep or not fmt or not path:
@@ -784,13 +772,20 @@ def apply_run_flags(settings: Settings, args: argparse.Namespace) -> Settings:
                 ConfigProblem("--tail", text, "must be FORMAT:PATH, e.g. openarena:/path/games.log")
             )
         else:
-            tails.append(TailSpec(fmt, path))
-    s = replace(s, tail=tuple(tails))
-    for section in (s.daemon, s.udp, s.mqtt, s.query, s.metrics, s.log, s.source_udp):
-        problems.extend(section.problems())
+            tails.append(TailSpec(format=fmt, path=path))
+    try:
+        s = settings.overridden(changes, tuple(tails))
+    except ConfigError as e:
+        problems.extend(e.problems)
     if problems:
         raise ConfigError(problems, "command line")
     return s
+
+
+def load_checked(path: Path | str | None) -> Settings:
+    """``load_settings`` with what the feed plugins say of their options: the settings sit below
+    the feeds, so the Source feed's ``[source_udp.feed_options]`` are checked by the feed."""
+    return load_settings(path, checks=(source_udp_feed_options,))
 
 
 def _emit(args: argparse.Namespace) -> int:

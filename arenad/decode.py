@@ -1,7 +1,8 @@
 """Decoders for arenad's own wire schema: JSON lines and msgpack, bytes in, events or rejects out.
 
-Pure functions over bytes; the only I/O helper, ``iter_file``, reads a whole file and hands its
-bytes to them. Bad input never raises: it comes out as a ``Reject`` with a reason.
+Pure functions over bytes, no I/O (``arenad.replay.iter_file`` reads a file and hands its bytes
+to them; tests/core/test_purity.py keeps it so). Bad input never raises: it comes out as a
+``Reject`` with a reason.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -24,7 +24,6 @@ from arenad.core.events import (
     event_from_obj,
     kill_row,
 )
-from arenad.errors import InputError
 
 #: Longest JSON line accepted (a line holds one event or an array of events).
 MAX_LINE_BYTES = 1 << 20
@@ -73,6 +72,7 @@ def decode_json_rows(data: bytes) -> Iterator[DecodedRow]:
     so every refusal and every unusual event comes out exactly as it always did.
     """
     loads = orjson.loads
+    safe = _SAFE_CHARS
     for line in data.splitlines():
         if len(line) <= MAX_LINE_BYTES:
             try:
@@ -80,6 +80,32 @@ def decode_json_rows(data: bytes) -> Iterator[DecodedRow]:
             except orjson.JSONDecodeError:
                 obj = None
             if type(obj) is dict:
+                # {"t", "attacker", "victim"[, "server"]} of ASCII names inline, with exactly
+                # kill_row's checks (``t - t == 0.0`` is isfinite for a float); the rest there.
+                n = len(obj)
+                if n in {3, 4}:
+                    t = obj.get("t")
+                    attacker = obj.get("attacker")
+                    victim = obj.get("victim")
+                    server = obj.get("server")
+                    if (
+                        type(t) is float
+                        and type(attacker) is str
+                        and type(victim) is str
+                        and t - t == 0.0
+                        and 0 < len(attacker) <= safe
+                        and 0 < len(victim) <= safe
+                        and attacker != victim
+                        and attacker.isascii()
+                        and victim.isascii()
+                        and (
+                            server is None
+                            if n == 3
+                            else type(server) is str and len(server) <= safe and server.isascii()
+                        )
+                    ):
+                        yield (t, attacker, victim, server, None)
+                        continue
                 row = kill_row(obj)
                 if row is not None:
                     yield row[:5]
@@ -179,18 +205,6 @@ def decode_msgpack_stream(data: bytes) -> Iterator[Decoded]:
 
 
 def looks_like_json(data: bytes) -> bool:
+    """Whether ``data`` starts (after whitespace) as JSON does; msgpack events never do."""
     head = data.lstrip()[:1]
     return head in (b"{", b"[")
-
-
-def iter_file(path: Path) -> Iterator[Decoded]:
-    """Every event of a JSON-lines or msgpack file (detected from the first byte), in order."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror or e}") from e
-    if looks_like_json(data):
-        for line in data.splitlines():
-            yield from decode_json_line(line)
-    else:
-        yield from decode_msgpack_stream(data)

@@ -9,16 +9,23 @@ suicides, identity changes, match boundaries) or refused with a reason.
 Built-in plugins are listed explicitly in ``BUILTIN_FEEDS``; third-party ones are found through
 the ``arenad.feeds`` entry-point group. Parsers are pure: no I/O, no clock (the time a line was
 received is passed in), so they are fuzzed and replayed like any decoder.
+
+``feed_plugin(name)`` is the one lookup of a format by name (``arenad replay --format``, the
+daemon's ``[[tail]]``); it and ``loaded_feeds`` share one discovery per process, so a broken
+third-party plugin is found, and reported, once.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from arenad.core.events import KillEvent, PlacementEvent, Reject
+from arenad.errors import ConfigError, ConfigProblem
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +106,28 @@ def discover_feeds() -> tuple[dict[str, FeedPlugin], list[str]]:
         except Exception as e:  # a broken plugin must not stop arenad
             errors.append(f"{ep.name}: {type(e).__name__}: {e}")
     return feeds, errors
+
+
+@functools.cache
+def loaded_feeds() -> tuple[Mapping[str, FeedPlugin], tuple[str, ...]]:
+    """``discover_feeds`` run once per process: the plugins by name, and the errors of broken ones."""
+    feeds, errors = discover_feeds()
+    return MappingProxyType(feeds), tuple(errors)
+
+
+def feed_plugin(name: str, *, key: str, source: str = "") -> FeedPlugin:
+    """The feed plugin for format ``name``; ``key`` and ``source`` say where the name was given.
+
+    Raises ``ConfigError`` naming the key, the value and the known formats, or, for a third-party
+    plugin that failed to load, why it failed.
+    """
+    feeds, errors = loaded_feeds()
+    plugin = feeds.get(name)
+    if plugin is not None:
+        return plugin
+    broken = [e for e in errors if e.partition(":")[0] == name]
+    if broken:
+        message = f"the feed plugin failed to load ({broken[0].partition(': ')[2]})"
+    else:
+        message = f"unknown format (known: {', '.join(sorted(feeds))})"
+    raise ConfigError([ConfigProblem(key, name, message)], source)

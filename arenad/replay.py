@@ -17,7 +17,16 @@ from typing import IO, Any
 from arenad.core.engine import REJECT_REASONS, Engine, Outcome
 from arenad.core.events import KillEvent, PlacementEvent, Reject
 from arenad.core.params import ADRParams
-from arenad.decode import DecodedRow, decode_json_rows, iter_file, looks_like_json
+from arenad.daemon.applier import Applier
+from arenad.daemon.state import ControlRecord, JournalRecord, PlacementRecord
+from arenad.decode import (
+    Decoded,
+    DecodedRow,
+    decode_json_line,
+    decode_json_rows,
+    decode_msgpack_stream,
+    looks_like_json,
+)
 from arenad.errors import InputError
 from arenad.feeds import FeedPlugin, NonKill
 from arenad.scopes import ScopeSet
@@ -133,15 +142,29 @@ def replay_files(paths: Iterable[Path], params: ADRParams) -> tuple[Engine, Repl
     return engine, summary
 
 
-def _rows(path: Path) -> Iterator[DecodedRow]:
-    """A file's events, kills of the common shape as rows (``decode_json_rows``) for JSON lines."""
+def _read(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror or e}") from e
+
+
+def iter_file(path: Path) -> Iterator[Decoded]:
+    """Every event of a JSON-lines or msgpack file (detected from the first byte), in order."""
+    data = _read(path)
+    if looks_like_json(data):
+        for line in data.splitlines():
+            yield from decode_json_line(line)
+    else:
+        yield from decode_msgpack_stream(data)
+
+
+def _rows(path: Path) -> Iterator[DecodedRow]:
+    """A file's events, kills of the common shape as rows (``decode_json_rows``) for JSON lines."""
+    data = _read(path)
     if looks_like_json(data):
         return decode_json_rows(data)
-    return iter_file(path)
+    return decode_msgpack_stream(data)
 
 
 def replay_log_files(
@@ -194,27 +217,41 @@ _NONKILL_KEYS = {
 }
 
 
-def replay_scoped(events: Iterable[KillEvent | PlacementEvent | Reject], scopes: ScopeSet) -> ReplaySummary:
+def replay_scoped(
+    events: Iterable[KillEvent | PlacementEvent | Reject | ControlRecord], scopes: ScopeSet
+) -> ReplaySummary:
     """Feed events through every scope they belong to (``arenad replay --scope``); the summary
-    counts the global ladder's outcomes."""
+    counts the global ladder's outcomes.
+
+    The daemon's applier (``arenad.daemon.applier``) applies them, as history rebuild does: the
+    exclusion rules ``scopes`` holds are in force throughout. Control records (a season start)
+    may come in between, as they do in a journal.
+    """
     summary = ReplaySummary()
+    applier = Applier(scopes, rules="fixed")
     started = time.perf_counter()
-    for ev in events:
-        summary.events += 1
-        if isinstance(ev, Reject):
-            summary.rejected[ev.reason.value] += 1
-        elif isinstance(ev, PlacementEvent):
-            summary.placements += 1
-            if not (
-                scopes.exclusions and scopes.exclusions.excludes_placement(ev.placements, ev.t, ev.server)
-            ):
-                scopes.feed_placement(ev.placements, ev.t, ev.server)
-        else:
-            outcome = scopes.feed(ev.attacker, ev.victim, ev.t, ev.server)
-            if outcome is None:
-                summary.rejected["excluded"] += 1
+
+    def records() -> Iterator[JournalRecord]:
+        for ev in events:
+            if isinstance(ev, ControlRecord):
+                yield ev
+                continue
+            summary.events += 1
+            if isinstance(ev, Reject):
+                summary.rejected[ev.reason.value] += 1
+            elif isinstance(ev, PlacementEvent):
+                summary.placements += 1
+                yield PlacementRecord(0, ev.t, ev.placements, ev.server, None)
             else:
-                summary.count(outcome)
+                yield (0, ev.t, ev.attacker, ev.victim, ev.server, None)
+
+    applier.apply_all(records())
+    tally = applier.take()
+    summary.applied = tally.applied
+    summary.filtered = tally.filtered
+    summary.rejected.update(tally.rejected)
+    if tally.excluded:
+        summary.rejected["excluded"] += tally.excluded  # kills; an excluded placement is only read
     summary.seconds = time.perf_counter() - started
     summary.players = len(scopes.global_engine)
     return summary

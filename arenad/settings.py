@@ -1,84 +1,83 @@
-"""The one typed settings object, loaded from TOML (``tomllib``).
+"""The one typed settings object, loaded from TOML (``tomllib``) and validated by pydantic.
 
 Unknown sections and keys are errors. Every problem is reported at once as key, value and message
-(``arenad check-config FILE`` prints them); nothing starts with a half-valid configuration.
-Sections: ``[adr]`` (the rating core), ``[models]`` (the primary ADR variant and the shadow models)
-and the daemon's ``[daemon] [udp] [mqtt] [query] [metrics] [log]`` (``arenad.daemon.config``).
+(``arenad check-config FILE`` prints them); nothing starts with a half-valid configuration, and no
+invalid settings object ever exists. Sections: ``[adr]`` (the rating core, a standard-library
+dataclass parsed by ``ADRParams.from_mapping`` so the core keeps no dependencies), ``[models]``
+(the primary ADR variant and the shadow models), the daemon's (``arenad.daemon.config``) and the
+sources' (``arenad.daemon.config_sources``).
 
 ``[models] primary`` names an ADR variant; the parameters that variant sets are folded into
 ``Settings.adr``, so everything that rates with ``settings.adr`` (the daemon, ``arenad replay``)
 rates with the primary model.
+
+Like the section modules, this one sits below the daemon and the feeds (a test checks it).
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
+
+from pydantic import Field, InstanceOf, ValidationError, model_validator
 
 from arenad.core.params import ADRParams
 from arenad.daemon.config import (
     PRIMARY_MODELS,
     AdminSettings,
+    Array,
     DaemonSettings,
     HistorySettings,
     LogSettings,
     MetricsSettings,
     ModelsSettings,
-    MqttSettings,
     QuerySettings,
     ScopesSettings,
-    UdpSettings,
-    section_from_mapping,
+    Section,
+    problems_from,
+    refuse,
 )
-from arenad.daemon.notify import NotifySettings
-from arenad.daemon.sources.hl_udp import HlUdpSettings, hl_udp_from_mapping
-from arenad.daemon.sources.tail import TailSpec
+from arenad.daemon.config_sources import HlUdpSettings, MqttSettings, NotifySettings, TailSpec, UdpSettings
 from arenad.errors import ConfigError, ConfigProblem
 
-_DAEMON_SECTIONS: dict[str, type[Any]] = {
-    "daemon": DaemonSettings,
-    "udp": UdpSettings,
-    "mqtt": MqttSettings,
-    "query": QuerySettings,
-    "metrics": MetricsSettings,
-    "log": LogSettings,
-    "models": ModelsSettings,
-    "scopes": ScopesSettings,
-    "admin": AdminSettings,
-    "history": HistorySettings,
-    "notify": NotifySettings,
-}
-SECTIONS = ("adr", *_DAEMON_SECTIONS, "source_udp", "tail")
+#: A check of a part of the document that a layer above the settings owns (a feed's options):
+#: it takes the parsed TOML document and returns its problems.
+Check = Callable[[Mapping[str, Any]], list[ConfigProblem]]
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
+class Settings(Section):
     """Everything arenad can be configured with."""
 
-    adr: ADRParams = field(default_factory=ADRParams)
-    daemon: DaemonSettings = field(default_factory=DaemonSettings)
-    udp: UdpSettings = field(default_factory=UdpSettings)
-    mqtt: MqttSettings = field(default_factory=MqttSettings)
-    query: QuerySettings = field(default_factory=QuerySettings)
-    metrics: MetricsSettings = field(default_factory=MetricsSettings)
-    log: LogSettings = field(default_factory=LogSettings)
-    models: ModelsSettings = field(default_factory=ModelsSettings)
-    scopes: ScopesSettings = field(default_factory=ScopesSettings)
-    admin: AdminSettings = field(default_factory=AdminSettings)
-    history: HistorySettings = field(default_factory=HistorySettings)
-    notify: NotifySettings = field(default_factory=NotifySettings)  # rating changes to MQTT
-    source_udp: HlUdpSettings = field(default_factory=HlUdpSettings)  # Source-engine UDP logs
-    tail: tuple[TailSpec, ...] = ()  # [[tail]]: game-server log files to follow
+    adr: InstanceOf[ADRParams] = Field(default_factory=ADRParams)
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
+    udp: UdpSettings = Field(default_factory=UdpSettings)
+    mqtt: MqttSettings = Field(default_factory=MqttSettings)
+    query: QuerySettings = Field(default_factory=QuerySettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+    models: ModelsSettings = Field(default_factory=ModelsSettings)
+    scopes: ScopesSettings = Field(default_factory=ScopesSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
+    history: HistorySettings = Field(default_factory=HistorySettings)
+    notify: NotifySettings = Field(default_factory=NotifySettings)  # rating changes to MQTT
+    source_udp: HlUdpSettings = Field(default_factory=HlUdpSettings)  # Source-engine UDP logs
+    tail: Array[TailSpec] = ()  # [[tail]]: game-server log files to follow
+
+    @model_validator(mode="after")
+    def _two_connections(self) -> Self:
+        refuse(self.notify.conflicts(self.mqtt))
+        return self
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], source: str = "") -> Settings:
-        problems: list[ConfigProblem] = []
-        for key, value in data.items():
-            if key not in SECTIONS:
-                problems.append(ConfigProblem(key, value, f"unknown section (known: {', '.join(SECTIONS)})"))
+    def from_mapping(
+        cls, data: Mapping[str, Any], source: str = "", checks: Iterable[Check] = ()
+    ) -> Settings:
+        """Settings from a parsed TOML document; ``ConfigError`` lists every problem, those the
+        ``checks`` find in the document too (a layer above, such as a feed, checks its part)."""
+        problems: list[ConfigProblem] = [p for check in checks for p in check(data)]
         adr_table = data.get("adr", {})
         adr = ADRParams()
         if not isinstance(adr_table, Mapping):
@@ -88,39 +87,47 @@ class Settings:
                 adr = ADRParams.from_mapping(adr_table)
             except ConfigError as e:
                 problems.extend(e.problems)
-        sections: dict[str, Any] = {}
-        for name, section_cls in _DAEMON_SECTIONS.items():
-            table = data.get(name, {})
-            if not isinstance(table, Mapping):
-                problems.append(ConfigProblem(name, table, "must be a table"))
-                continue
-            sections[name] = section_from_mapping(section_cls, name, table, problems)
-        tails = tail_specs_from_toml(data.get("tail", []), problems)
-        hl_table = data.get("source_udp", {})
-        hl_udp = HlUdpSettings()
-        if not isinstance(hl_table, Mapping):
-            problems.append(ConfigProblem("source_udp", hl_table, "must be a table"))
+        try:
+            settings = cls.model_validate({**data, "adr": adr})
+        except ValidationError as e:
+            problems.extend(problems_from(e, cls))
         else:
-            hl_udp, more = hl_udp_from_mapping(hl_table)
-            problems.extend(more)
-        models = sections.get("models")
-        if isinstance(models, ModelsSettings) and isinstance(adr_table, Mapping):
-            adr = _primary_params(adr, adr_table, models.primary, problems)
-        notify, mqtt = sections.get("notify"), sections.get("mqtt")
-        if isinstance(notify, NotifySettings) and isinstance(mqtt, MqttSettings):
-            problems.extend(notify.conflicts(mqtt))
+            if isinstance(adr_table, Mapping):
+                adr = _primary_params(adr, adr_table, settings.models.primary, problems)
         if problems:
             raise ConfigError(problems, source)
-        return cls(adr=adr, tail=tails, source_udp=hl_udp, **sections)
+        return settings.model_copy(update={"adr": adr})
+
+    def overridden(
+        self, changes: Mapping[str, Mapping[str, object]], tail: tuple[TailSpec, ...] = ()
+    ) -> Settings:
+        """These settings with ``changes`` (section -> key -> value) and ``tail`` entries added,
+        validated like the file: ``ConfigError`` (source "command line") lists every problem."""
+        data: dict[str, object] = {name: getattr(self, name) for name in type(self).model_fields}
+        problems: list[ConfigProblem] = []
+        for name, keys in changes.items():
+            section = getattr(self, name)
+            table = {**section.model_dump(by_alias=True), **keys}
+            try:
+                data[name] = type(section).model_validate(table)
+            except ValidationError as e:
+                problems.extend(problems_from(e, type(section), name))
+        data["tail"] = (*self.tail, *tail)
+        if not problems:
+            try:
+                return type(self).model_validate(data)
+            except ValidationError as e:
+                problems.extend(problems_from(e, type(self)))
+        raise ConfigError(problems, "command line")
 
 
 def _primary_params(
     adr: ADRParams, adr_table: Mapping[str, Any], primary: str, problems: list[ConfigProblem]
 ) -> ADRParams:
     """``[adr]`` with the parameters of the primary ADR variant; a contradiction is a problem."""
-    overrides = PRIMARY_MODELS.get(primary) if isinstance(primary, str) else None
+    overrides = PRIMARY_MODELS[primary]
     if not overrides:
-        return adr  # plain "adr", or an unknown primary (ModelsSettings reports that)
+        return adr  # plain "adr"
     # A paper variant fixes every parameter of its preset: [adr] may repeat them, not change them.
     hint = (
         ' (or primary = "adr" with [adr] preset = "paper" and your changes)' if "preset" in overrides else ""
@@ -139,8 +146,9 @@ def _primary_params(
     return replace(adr, **params)  # type: ignore[arg-type]
 
 
-def load_settings(path: Path | str | None) -> Settings:
-    """Read and validate a TOML settings file; ``None`` gives the defaults."""
+def load_settings(path: Path | str | None, checks: Iterable[Check] = ()) -> Settings:
+    """Read and validate a TOML settings file (and run ``checks`` on it); ``None`` gives the
+    defaults."""
     if path is None:
         return Settings()
     p = Path(path)
@@ -154,42 +162,4 @@ def load_settings(path: Path | str | None) -> Settings:
         raise ConfigError([ConfigProblem("<file>", str(p), f"not UTF-8: {e}")], str(p)) from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError([ConfigProblem("<file>", str(p), f"not valid TOML: {e}")], str(p)) from e
-    return Settings.from_mapping(data, str(p))
-
-
-_TAIL_KEYS = {"format", "path", "server", "from_start", "options"}
-
-
-def tail_specs_from_toml(raw: object, problems: list[ConfigProblem]) -> tuple[TailSpec, ...]:
-    """``[[tail]]`` entries: format (a feed plugin), path, optional server, from_start, options."""
-    if not isinstance(raw, list):
-        problems.append(ConfigProblem("tail", raw, "must be an array of tables: [[tail]]"))
-        return ()
-    out: list[TailSpec] = []
-    for k, entry in enumerate(raw):
-        where = f"tail[{k}]"
-        if not isinstance(entry, Mapping):
-            problems.append(ConfigProblem(where, entry, "must be a table"))
-            continue
-        for key in entry:
-            if key not in _TAIL_KEYS:
-                problems.append(ConfigProblem(f"{where}.{key}", entry[key], "unknown key"))
-        fmt, path, server = entry.get("format"), entry.get("path"), entry.get("server")
-        from_start, options = entry.get("from_start", False), entry.get("options", {})
-        ok = True
-        for key, value in (("format", fmt), ("path", path)):
-            if not isinstance(value, str) or not value:
-                problems.append(ConfigProblem(f"{where}.{key}", value, "must be a non-empty string"))
-                ok = False
-        if server is not None and not isinstance(server, str):
-            problems.append(ConfigProblem(f"{where}.server", server, "must be a string"))
-            ok = False
-        if not isinstance(from_start, bool):
-            problems.append(ConfigProblem(f"{where}.from_start", from_start, "must be true or false"))
-            ok = False
-        if not isinstance(options, Mapping):
-            problems.append(ConfigProblem(f"{where}.options", options, "must be a table"))
-            ok = False
-        if ok:
-            out.append(TailSpec(str(fmt), str(path), server, bool(from_start), tuple(dict(options).items())))
-    return tuple(out)
+    return Settings.from_mapping(data, str(p), checks)

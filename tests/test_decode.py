@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason, event_from_obj
-from arenad.decode import decode_json_line, decode_msgpack, decode_msgpack_stream, iter_file
+from arenad.decode import decode_json_line, decode_json_rows, decode_msgpack, decode_msgpack_stream
 
 GOOD = {"t": 1700000000.5, "attacker": "alice", "victim": "bob", "server": "eu-1", "id": 7, "weapon": "rail"}
 
@@ -104,12 +104,6 @@ class TestDecoders:
         out = list(decode_msgpack_stream(data))
         assert isinstance(out[0], KillEvent)
         assert isinstance(out[-1], Reject)
-
-    def test_iter_file_detects_the_format(self, tmp_path: Path) -> None:
-        base = tmp_path
-        (base / "a.jsonl").write_text(json.dumps(GOOD) + "\n")
-        (base / "a.msgpack").write_bytes(msgpack.packb(GOOD))
-        assert list(iter_file(base / "a.jsonl")) == list(iter_file(base / "a.msgpack"))
 
 
 class TestFuzz:
@@ -245,3 +239,67 @@ class TestPlacementEvents:
             assert list(decode_msgpack(msgpack.packb({"t": t, "placements": groups}))) == [ev]
         else:
             assert isinstance(ev, Reject) and ev.reason is RejectReason.MALFORMED
+
+
+# ---------------------------------------------------------------------------- batch JSON rows
+_NAMES = st.one_of(
+    st.sampled_from(["alice", "bob", "carol", "", "a" * 200, "Ünï", "x\\ud800", "bob"]),
+    st.text(max_size=6),
+    st.integers(),
+    st.none(),
+)
+_TIMES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(10**30), 10**30),
+    st.sampled_from(["1.5", True, None]),
+)
+
+
+@st.composite
+def _json_lines(draw: st.DrawFn) -> bytes:
+    """Lines of kills in the common shapes and near them, placements, garbage and blanks."""
+    lines = []
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["kill", "kill", "kill", "raw", "placement", "array"]))
+        if kind == "raw":
+            lines.append(
+                draw(
+                    st.sampled_from(
+                        [b"", b"   ", b"{", b"[]", b"nul", b'{"t": NaN, "attacker": "a", "victim": "b"}']
+                    )
+                )
+            )
+            continue
+        obj: dict[str, object] = {}
+        for key, strategy in (("t", _TIMES), ("attacker", _NAMES), ("victim", _NAMES)):
+            if draw(st.integers(0, 9)):
+                obj[key] = draw(strategy)
+        for key in draw(
+            st.lists(st.sampled_from(["server", "id", "weapon", "extra"]), max_size=3, unique=True)
+        ):
+            obj[key] = draw(st.one_of(st.sampled_from(["eu-1", "", "Ω"]), st.integers(0, 2**70), st.none()))
+        if kind == "placement":
+            obj = {"t": 1.0, "placements": [["a"], ["b", "c"]]}
+        text = json.dumps([obj, obj] if kind == "array" else obj, ensure_ascii=draw(st.booleans()))
+        lines.append(text.encode("utf-8", "surrogatepass"))
+    return b"\n".join(lines)
+
+
+def _as_rows(items: list[Any]) -> list[Any]:
+    out = []
+    for item in items:
+        if isinstance(item, KillEvent):
+            out.append((item.t, item.attacker, item.victim, item.server, item.id))
+        else:
+            out.append(item)
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=_json_lines())
+def test_batch_rows_equal_the_line_decoder(data: bytes) -> None:
+    """``decode_json_rows`` (orjson with an inline fast path, the batch replay's decoder) yields
+    exactly what ``decode_json_line`` yields line by line, a kill as its journal row."""
+    want = [item for line in data.splitlines() for item in decode_json_line(line)]
+    got = list(decode_json_rows(data))
+    assert _as_rows(got) == _as_rows(want)

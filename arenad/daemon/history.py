@@ -34,39 +34,24 @@ import structlog
 
 from arenad.core.engine import Engine
 from arenad.core.params import ADRParams
+from arenad.daemon.applier import Applier
 from arenad.daemon.state import (
     Checkpoints,
-    ControlRecord,
     Journal,
     JournalRecord,
     PlacementRecord,
     StateError,
-    _fsync_dir,
     read_records,
     record_seq,
 )
-from arenad.scopes import Exclusions, Reset, ScopeConfig, ScopeSet
+from arenad.fileio import fsync_dir, write_atomic
+from arenad.scopes import Exclusions, ScopeConfig, ScopeSet
 
 log = structlog.get_logger("arenad.history")
 
 MANIFEST = "manifest.json"
 #: Bytes of decompressed history read at a time.
 READ_CHUNK = 4 << 20
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: temporary file, fsync, rename, directory fsync."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with tmp.open("wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
 
 
 class Archive:
@@ -135,7 +120,7 @@ class Archive:
             f.flush()
             os.fsync(f.fileno())
         if new:
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
         entry["bytes"] += len(member)
         entry["last"] = last
         write_atomic(self.dir / MANIFEST, json.dumps({"files": self.files}).encode())
@@ -215,7 +200,8 @@ class Snapshots:
         try:
             os.link(checkpoint, dest)  # the checkpoint file never changes once renamed in place
         except OSError:
-            dest.write_bytes(checkpoint.read_bytes())
+            # Atomically: a half-written copy would stand in the way of the next attempt.
+            write_atomic(dest, checkpoint.read_bytes())
         write_atomic(dest.with_suffix(".json"), json.dumps({"seq": seq, "clock": clock}).encode())
         for _s, _c, old in self.list()[: -self.keep]:
             old.with_suffix(".json").unlink(missing_ok=True)
@@ -275,31 +261,6 @@ def _first_seq(state_dir: Path, archive: Archive | None) -> int:
     return segments[0][0] - 1 if segments else 0
 
 
-def apply_record(scopes: ScopeSet, rec: JournalRecord) -> None:
-    """One history record into ``scopes``, exactly as the daemon applies it live."""
-    if isinstance(rec, tuple):
-        _seq, t, attacker, victim, server, _id = rec
-        scopes.feed(attacker, victim, t, server)
-    elif isinstance(rec, ControlRecord):
-        apply_control(scopes, rec)
-    elif not (scopes.exclusions and scopes.exclusions.excludes_placement(rec.placements, rec.t, rec.server)):
-        scopes.feed_placement(rec.placements, rec.t, rec.server)  # a match, as in Daemon._apply
-
-
-def apply_control(scopes: ScopeSet, rec: ControlRecord) -> None:
-    """A journaled admin operation. Exclusion rules act retroactively through recompute, so in
-    a rebuild (which starts with the final rule set) their records change nothing."""
-    if rec.op == "season_start":
-        a = rec.args
-        name = str(a["name"])
-        if f"season:{name}" not in scopes.engines:
-            scopes.start_season(name, rec.t, Reset(float(a["alpha"]), float(a["lambda"])))
-    elif rec.op in ("exclude", "include"):
-        pass
-    else:
-        raise StateError(f"control record {rec.op!r} at event {rec.seq}: written by a newer arenad")
-
-
 @dataclass(frozen=True, slots=True)
 class RebuildResult:
     scopes: ScopeSet
@@ -317,16 +278,22 @@ def rebuild(
     base: ScopeSet | None = None,
     base_seq: int = 0,
 ) -> RebuildResult:
-    """Replay ``records`` into ``base`` (or a fresh ScopeSet) under ``exclusions``."""
+    """Replay ``records`` into ``base`` (or a fresh ScopeSet) under ``exclusions``.
+
+    The records go through the daemon's applier with the rules fixed: ``exclusions`` (the rules
+    in force now) hold over the whole history, so an exclude or include record changes nothing
+    here; that is what makes a recompute retroactive (``applier.py``)."""
     scopes = base if base is not None else ScopeSet(params, config)
     scopes.exclusions = Exclusions(list(exclusions.rules))
-    seq = base_seq
-    n = 0
-    for rec in records:
-        apply_record(scopes, rec)
-        seq = record_seq(rec)
-        n += 1
-    return RebuildResult(scopes, seq, base_seq, n)
+    last = [base_seq]
+
+    def numbered() -> Iterator[JournalRecord]:
+        for rec in records:
+            last[0] = record_seq(rec)
+            yield rec
+
+    n = Applier(scopes, rules="fixed").apply_all(numbered())
+    return RebuildResult(scopes, last[0], base_seq, n)
 
 
 def load_scopes(payload: dict[str, Any], params: ADRParams, config: ScopeConfig) -> ScopeSet:

@@ -65,224 +65,31 @@ import re
 import ssl
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiomqtt
 import structlog
 
-from arenad.daemon.config import MqttSettings, _need_num, _need_str, _off
-from arenad.daemon.sources.mqtt import backoff_delay, broker_address, load_password, tls_context
-from arenad.errors import ConfigError, ConfigProblem
+from arenad.daemon.config_sources import NotifySettings
+from arenad.daemon.reconnect import Backoff, Failure, reconnecting
+from arenad.daemon.sources.mqtt import broker_address, load_password, tls_context
 
 log = structlog.get_logger("arenad.notify")
 
 #: Change kinds: a first placement into a tier, a tier up, a tier down, a rating move within a tier.
 KINDS: tuple[str, ...] = ("placed", "promoted", "demoted", "rating")
 TIER_KINDS: frozenset[str] = frozenset(("placed", "promoted", "demoted"))
-CHANGES_MODES = ("tiers", "all")
-#: Scope kinds a ``scopes`` entry may name (the ``arenad.scopes`` kinds).
-SCOPE_KINDS = ("global", "server", "season", "event")
 #: Publishes in flight at once on one connection.
 WINDOW = 64
-#: Largest ``queue``: a change is a few hundred bytes, so this bounds memory at a few hundred MB.
-MAX_QUEUE = 1_000_000
 #: Seconds ``run`` keeps publishing after ``stop`` (while connected).
 FLUSH_TIMEOUT = 2.0
 #: Seconds between two "changes dropped" warnings.
 DROP_LOG_INTERVAL = 10.0
-_MAX_TOPIC_TEMPLATE = 1024  # bytes; player and server ids add at most 3 x 128 x 3 more
-
-_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 # Characters a topic level must not contain raw: MQTT wildcards, the level separator, NUL and other
 # control characters (MQTT 3.1.1 §1.5.3), and '%' itself so the encoding can be undone.
 _UNSAFE = re.compile(r"[%/+#\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-@dataclass(frozen=True, slots=True)
-class NotifySettings:
-    """``[notify]``: publish rating/tier changes to an MQTT broker (off by default)."""
-
-    mqtt: str = "off"  # broker URL, "mqtt://HOST[:PORT]" or "mqtts://HOST[:PORT]"; "off" disables
-    username: str = ""
-    password_env: str = ""  # name of an environment variable holding the password
-    password_file: str = ""  # or a file whose first line is the password
-    ca_file: str = ""  # CA bundle for mqtts:// (the system store when empty)
-    client_id: str = "arenad-notify"  # must differ from [mqtt] client_id
-    topic: str = "arena/{server}/ratings"  # {server} required ("_" without one); {scope} optional
-    changes: str = "tiers"  # "tiers": placed/promoted/demoted; "all": every rating change too
-    retain: bool = False  # true: retained, per player, on <topic>/<player> instead of <topic>
-    qos: int = 0  # 0 or 1
-    queue: int = 10_000  # changes waiting to be published; when full the oldest is dropped
-    scopes: tuple[str, ...] = ("global",)  # scope keys, "<kind>:*", or "*"
-
-    @property
-    def enabled(self) -> bool:
-        return isinstance(self.mqtt, str) and not _off(self.mqtt)
-
-    def problems(self) -> list[ConfigProblem]:
-        out: list[ConfigProblem] = []
-        plain = False  # a valid mqtt:// URL (no TLS)
-        if _need_str(out, "notify", self, "mqtt") and self.enabled:
-            problem = _url_problem(self.mqtt)
-            if problem:
-                out.append(ConfigProblem("notify.mqtt", self.mqtt, problem))
-            else:
-                plain = urlsplit(self.mqtt).scheme not in ("mqtts", "ssl")
-        strings_ok = True
-        for key in ("username", "password_env", "password_file"):
-            strings_ok = _need_str(out, "notify", self, key) and strings_ok
-        if strings_ok:
-            if self.password_env and self.password_file:
-                out.append(
-                    ConfigProblem(
-                        "notify.password_file",
-                        self.password_file,
-                        "name one of password_env or password_file",
-                    )
-                )
-            if (self.password_env or self.password_file) and not self.username:
-                key = "notify.password_env" if self.password_env else "notify.password_file"
-                value = self.password_env or self.password_file
-                out.append(ConfigProblem(key, value, "a password needs notify.username"))
-        if _need_str(out, "notify", self, "ca_file") and self.ca_file and plain:
-            out.append(ConfigProblem("notify.ca_file", self.ca_file, "is only used with an mqtts:// URL"))
-        if _need_str(out, "notify", self, "client_id", allow_empty=False) and (
-            len(self.client_id.encode("utf-8", "replace")) > 65535 or "\x00" in self.client_id
-        ):
-            out.append(ConfigProblem("notify.client_id", self.client_id, "not a valid MQTT client id"))
-        scopes_ok = _scope_problems(out, self.scopes)
-        if _need_str(out, "notify", self, "topic", allow_empty=False):
-            problem = _topic_problem(self.topic)
-            if problem:
-                out.append(ConfigProblem("notify.topic", self.topic, problem))
-            elif (
-                self.retain is True
-                and scopes_ok
-                and "{scope}" not in self.topic
-                and (len(self.scopes) > 1 or any(s.endswith("*") for s in self.scopes))
-            ):
-                out.append(
-                    ConfigProblem(
-                        "notify.topic",
-                        self.topic,
-                        "with retain = true and more than one scope the topic needs {scope}, or the "
-                        "retained message of one scope would overwrite another's",
-                    )
-                )
-        if self.changes not in CHANGES_MODES:
-            out.append(
-                ConfigProblem(
-                    "notify.changes",
-                    self.changes,
-                    'must be "tiers" (placements, promotions, demotions) or "all" (every rating change)',
-                )
-            )
-        if not isinstance(self.retain, bool):
-            out.append(ConfigProblem("notify.retain", self.retain, "must be true or false"))
-        if isinstance(self.qos, bool) or self.qos not in (0, 1):
-            out.append(ConfigProblem("notify.qos", self.qos, "must be 0 or 1"))
-        _need_num(out, "notify", self, "queue", lo=1, hi=MAX_QUEUE, integer=True)
-        return out
-
-    def conflicts(self, mqtt: MqttSettings) -> list[ConfigProblem]:
-        """Problems between ``[notify]`` and ``[mqtt]``: one client id for both connections."""
-        if (
-            self.enabled
-            and mqtt.enabled
-            and isinstance(self.client_id, str)
-            and self.client_id == mqtt.client_id
-        ):
-            return [
-                ConfigProblem(
-                    "notify.client_id",
-                    self.client_id,
-                    "must differ from mqtt.client_id: a broker disconnects the older of two clients "
-                    "with one id",
-                )
-            ]
-        return []
-
-
-def _url_problem(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-        _ = parts.port
-    except ValueError as e:
-        return f"not a broker URL ({e})"
-    if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
-        return 'must be "mqtt://HOST[:PORT]", "mqtts://HOST[:PORT]" or "off"'
-    if not parts.hostname:
-        return "no host"
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        return "must be just mqtt://HOST[:PORT] (no path or query)"
-    return ""
-
-
-def _topic_problem(topic: str) -> str:
-    if len(topic.encode("utf-8", "replace")) > _MAX_TOPIC_TEMPLATE:
-        return f"longer than {_MAX_TOPIC_TEMPLATE} bytes"
-    if "{server}" not in topic:
-        return "must contain {server} (the game server's id, or _ for events without one)"
-    others = [p for p in _PLACEHOLDER.findall(topic) if p not in ("{server}", "{scope}")]
-    if others:
-        return f"unknown placeholder {others[0]} (only {{server}} and {{scope}})"
-    rest = _PLACEHOLDER.sub("", topic)
-    if "{" in rest or "}" in rest:
-        return "unbalanced { or }"
-    if "+" in topic or "#" in topic:
-        return "a topic to publish to cannot contain the wildcards + or #"
-    if "\x00" in topic:
-        return "must not contain NUL"
-    if topic.startswith("$"):
-        return "topics starting with $ are reserved for the broker"
-    return ""
-
-
-def _scope_problems(out: list[ConfigProblem], scopes: object) -> bool:
-    if not isinstance(scopes, tuple) or not scopes:
-        out.append(
-            ConfigProblem(
-                "notify.scopes",
-                scopes,
-                'must be a non-empty list such as ["global"] or ["global", "server:*"]',
-            )
-        )
-        return False
-    ok = True
-    seen: set[str] = set()
-    for s in scopes:
-        problem = _scope_entry_problem(s)
-        if not problem and s in seen:
-            problem = "listed twice"
-        if problem:
-            out.append(ConfigProblem("notify.scopes", s, problem))
-            ok = False
-        else:
-            seen.add(s)
-    return ok
-
-
-def _scope_entry_problem(entry: object) -> str:
-    if not isinstance(entry, str):
-        return "must be a string"
-    if entry == "*":
-        return ""
-    kind, sep, ident = entry.partition(":")
-    if kind not in SCOPE_KINDS:
-        return (
-            f'unknown scope kind {kind!r}: "global", "server:ID", "season:NAME", "event:NAME", '
-            '"KIND:*" or "*"'
-        )
-    if kind == "global":
-        return "" if not sep else "the global scope has no id"
-    if not sep or not ident:
-        return f'needs an id or *: "{kind}:ID" or "{kind}:*"'
-    if len(ident.encode("utf-8", "replace")) > 256:
-        return "id longer than 256 bytes"
-    return ""
 
 
 # ---------------------------------------------------------------------------- changes
@@ -371,22 +178,6 @@ def topic_for(settings: NotifySettings, change: RatingChange) -> str:
 
 
 # ---------------------------------------------------------------------------- the notifier
-_KEY_RENAMES = {
-    "mqtt.url": "notify.mqtt",
-    "mqtt.tls_ca": "notify.ca_file",
-    "mqtt.password_env": "notify.password_env",
-    "mqtt.password_file": "notify.password_file",
-}
-
-
-def _as_notify_error(e: ConfigError) -> ConfigError:
-    problems = [
-        ConfigProblem(_KEY_RENAMES.get(p.key, "notify." + p.key.partition(".")[2]), p.value, p.message)
-        for p in e.problems
-    ]
-    return ConfigError(problems, e.source)
-
-
 def _connection_lost(watcher: asyncio.Future[Any]) -> None:
     """Raise ``MqttError`` for a finished connection watcher (see ``Notifier._session``)."""
     if watcher.cancelled():
@@ -435,13 +226,16 @@ class Notifier:
         self,
         settings: NotifySettings,
         *,
-        reconnect_min: float = 0.5,
-        reconnect_max: float = 30.0,
+        reconnect_min: float | None = None,
+        reconnect_max: float | None = None,
         flush_timeout: float = FLUSH_TIMEOUT,
-        keepalive: int = 30,
+        keepalive: int | None = None,
         timeout: float = 10.0,
     ) -> None:
-        self.settings = settings
+        # The keyword arguments override [notify]'s keys of the same names (tests reconnect fast).
+        given = {"reconnect_min": reconnect_min, "reconnect_max": reconnect_max, "keepalive": keepalive}
+        overrides = {k: v for k, v in given.items() if v is not None}
+        self.settings = settings.model_copy(update=overrides) if overrides else settings
         self.flush_timeout = flush_timeout
         self.published = 0
         self.dropped = 0
@@ -449,7 +243,6 @@ class Notifier:
         self.connects = 0
         self.connected = False
         self.last_error = ""
-        self._keepalive = keepalive
         self._timeout = timeout
         self._queue: deque[RatingChange] = deque()
         self._limit = settings.queue if settings.enabled else 0
@@ -466,29 +259,14 @@ class Notifier:
         self._all_scopes = "*" in settings.scopes
         self._scope_keys = frozenset(s for s in settings.scopes if not s.endswith(":*"))
         self._scope_kinds = frozenset(s[:-2] for s in settings.scopes if s.endswith(":*"))
-        # The [mqtt] source's helpers take MqttSettings: a shim carries the fields they read.
-        self._shim = MqttSettings(
-            url=settings.mqtt if settings.enabled else "mqtt://disabled",
-            client_id=settings.client_id,
-            username=settings.username,
-            password_env=settings.password_env,
-            password_file=settings.password_file,
-            tls_ca=settings.ca_file,
-            keepalive=keepalive,
-            reconnect_min=reconnect_min,
-            reconnect_max=reconnect_max,
-        )
         self._password: str | None = None
         self._tls: ssl.SSLContext | None = None
         self._address: tuple[str, int] = ("", 0)
-        if settings.enabled:
-            try:
-                host, port, _ = broker_address(self._shim)
-                self._address = (host, port)
-                self._tls = tls_context(self._shim)
-                self._password = load_password(self._shim)
-            except ConfigError as e:
-                raise _as_notify_error(e) from e
+        if settings.enabled:  # the [mqtt] source's helpers: errors name notify.* keys
+            host, port, _ = broker_address(settings)
+            self._address = (host, port)
+            self._tls = tls_context(settings)
+            self._password = load_password(settings)
 
     # ------------------------------------------------------------------ the caller's side
     @property
@@ -529,36 +307,28 @@ class Notifier:
         self._wake = asyncio.Event()
         stop_waiter = asyncio.ensure_future(stop.wait())
         stopping = _Stopping(stop_waiter, self.flush_timeout)
-        attempts = 0  # consecutive failures since the last successful connection
+
+        async def connect_once(connected: Callable[[], None]) -> None:
+            await self._session(stop_waiter, stopping, connected)
+
+        def on_failure(failure: Failure) -> None:
+            self.last_error = failure.error
+            if not failure.expected:  # a bug or a library surprise: log it, and the daemon goes on
+                log.exception("notify_failed")
+            self.failures += 1
+            if failure.connected:
+                log.warning("notify_disconnected", reason=self.last_error, queued=len(self._queue))
+            else:
+                log.warning(
+                    "notify_connect_failed",
+                    url=self.settings.url,
+                    error=self.last_error,
+                    retry_in=round(failure.retry_in, 3),
+                )
+
         try:
-            while not stop.is_set():
-                connects_before = self.connects
-                try:
-                    await self._session(stop_waiter, stopping)
-                    return
-                except aiomqtt.MqttError as e:
-                    self.last_error = str(e) or type(e).__name__
-                except Exception as e:  # a bug or a library surprise: log it, and the daemon goes on
-                    self.last_error = f"{type(e).__name__}: {e}"
-                    log.exception("notify_failed")
-                self.failures += 1
-                if self.connects > connects_before:
-                    attempts = 0
-                    log.warning("notify_disconnected", reason=self.last_error, queued=len(self._queue))
-                delay = backoff_delay(self._shim, attempts)
-                if self.connects == connects_before:
-                    log.warning(
-                        "notify_connect_failed",
-                        url=self.settings.mqtt,
-                        error=self.last_error,
-                        retry_in=round(delay, 3),
-                    )
-                attempts += 1
-                sleeper = asyncio.ensure_future(asyncio.sleep(delay))
-                try:
-                    await asyncio.wait((sleeper, stop_waiter), return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    sleeper.cancel()
+            backoff = Backoff(self.settings.reconnect_min, self.settings.reconnect_max)
+            await reconnecting(connect_once, stop, backoff, on_failure, expected=(aiomqtt.MqttError,))
         finally:
             stop_waiter.cancel()
             self.connected = False
@@ -580,13 +350,16 @@ class Notifier:
             username=s.username or None,
             password=self._password if s.username else None,
             tls_context=self._tls,
-            keepalive=self._keepalive,
+            keepalive=self.settings.keepalive,
             timeout=self._timeout,
             clean_session=True,  # a publisher keeps no session
         )
 
-    async def _session(self, stop_waiter: asyncio.Future[Any], stopping: _Stopping) -> None:
-        """One connection: publish until stop (then flush and return) or until it fails (raises)."""
+    async def _session(
+        self, stop_waiter: asyncio.Future[Any], stopping: _Stopping, connected: Callable[[], None]
+    ) -> None:
+        """One connection: publish until stop (then flush and return) or until it fails (raises).
+        ``connected`` is called once connected (the reconnect loop's backoff starts over)."""
         client = self._client()
         async with client:
             # No subscriptions, so the message iterator yields nothing: it is the public way to
@@ -594,9 +367,10 @@ class Notifier:
             watcher: asyncio.Future[aiomqtt.Message] = asyncio.ensure_future(anext(client.messages))
             self.connected = True
             self.connects += 1
+            connected()
             log.info(
                 "notify_connected",
-                url=self.settings.mqtt,
+                url=self.settings.url,
                 client_id=self.settings.client_id,
                 queued=self.queued,
             )

@@ -33,7 +33,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,25 +44,23 @@ try:
 except ImportError:  # pragma: no cover - not available on every platform
     uvloop = None  # type: ignore[assignment]
 
-from arenad.core.engine import REJECT_REASONS, Engine, Outcome
+from arenad.core.engine import Engine
 from arenad.core.events import Reject
 from arenad.core.params import TIER_NAMES
 from arenad.daemon import sdnotify
 from arenad.daemon.admin import AdminHandler, load_token, serve_admin
 from arenad.daemon.alloc import fix_mmap_threshold
+from arenad.daemon.applier import SLICE, Applier, Rated, RecalibrationDue, SliceEnd, Tally
 from arenad.daemon.clock import DaemonClock
-from arenad.daemon.config import _off, parse_hostport
+from arenad.daemon.config import Section, _off, parse_hostport
 from arenad.daemon.history import (
     Archive,
     History,
     RebuildResult,
     Snapshots,
-    apply_control,
-    apply_record,
     load_scopes,
     rebuild_from_history,
     retire_segments,
-    write_atomic,
 )
 from arenad.daemon.intake import Intake
 from arenad.daemon.logs import RejectWarnings, configure_level
@@ -87,26 +85,19 @@ from arenad.daemon.state import (
 )
 from arenad.daemon.types import Batch, MetricsSnapshot
 from arenad.decode import DecodedRow, decode_msgpack_rows
-from arenad.errors import ArenadError, ConfigError, ConfigProblem
-from arenad.feeds import discover_feeds
+from arenad.errors import ArenadError
+from arenad.feeds import feed_plugin, loaded_feeds
+from arenad.fileio import write_atomic
 from arenad.scopes import Exclusions, Rule, ScopeConfig, ScopeSet
 from arenad.settings import Settings
 
 log = structlog.get_logger("arenad")
 
-#: Events handled between two yields to the event loop: about 0.5 ms of work, so a query waits
-#: about that long behind ingestion (and behind one shadow model's slice).
-SLICE = 32
-#: A match placement counts as 1 + pairs // PAIRS_PER_EVENT events of work in a slice: every
-#: model predicts each of its (better, worse) pairs.
-PAIRS_PER_EVENT = 16
 #: Slices of ADR's work the shadow models take at a time, one shadow after the other (each slice
 #: still followed by a yield): switching between models every slice costs cache misses.
 SHADOW_SLICES = 4
 #: Journal records replayed into the shadows at a time during recovery.
 REPLAY_CHUNK = 4096
-#: Every n-th event's apply time goes into the update histogram (timing each would cost more).
-UPDATE_SAMPLE = 64
 #: Events taken from the queue per engine step (one journal write and one fsync cover them).
 MAX_STEP_EVENTS = 4096
 #: Seconds between attempts to journal a held batch while the state directory refuses writes.
@@ -406,75 +397,33 @@ class Daemon:
         # them has none: they start at its sequence number).
         self.models.import_state(models_state)
         records, truncations = self.journal.replay_after(self.seq)
+        # The hot loop of a restart (a million records take seconds): the journal's records go
+        # through the same applier as live events, a chunk at a time, the shadows after each.
+        applier = self._applier(self.scopes)
         chunk: list[JournalRecord | None] = []
         now = self.clock.now()
-        # The hot loop of a restart (a million records take seconds): locals, and the plain
-        # path when only the global ladder exists and no exclusion rule is in force.
         last = self.seq
         replayed = 0
-        applied = 0
         remember = self.intake.remember
-        scoring = self.models.scoring
-        applied_outcome = Outcome.APPLIED
-        player_cap = Outcome.PLAYER_CAP
-        simple = len(self.scopes.config.kinds) == 1 and not self.scopes.exclusions
         for rec in records:
             seq = rec[0] if isinstance(rec, tuple) else rec.seq
             if seq != last + 1:
+                self._recover_chunk(applier, chunk)
                 self.seq = last
                 raise StateError(f"journal jumps from event {last} to {seq}: history is missing")
+            if isinstance(rec, tuple):
+                remember(rec[4], rec[5], now)
+            elif isinstance(rec, PlacementRecord):
+                remember(rec.server, rec.id, now)
+            chunk.append(rec)
+            if len(chunk) >= REPLAY_CHUNK:
+                self._recover_chunk(applier, chunk)  # the shadows after the primary, as in _process
+                chunk = []
             last = seq
             replayed += 1
-            if isinstance(rec, tuple):
-                _seq, t, attacker, victim, server, event_id = rec
-                if event_id is not None:
-                    remember(server, event_id, now)
-                if simple:
-                    g = self.scopes.global_engine
-                    if scoring:
-                        self.models.primary.add(adr_prediction(g, attacker, victim))
-                    outcome = g.feed(attacker, victim, t)
-                else:
-                    engines = self.scopes.targets(attacker, victim, t, server)
-                    if engines is None:
-                        self.excluded += 1
-                        chunk.append(None)  # excluded: rated nowhere, not by the shadows either
-                        continue
-                    if scoring:
-                        self.models.primary.add(adr_prediction(engines[0], attacker, victim))
-                    outcome = engines[0].feed(attacker, victim, t)
-                    for eng in engines[1:]:
-                        eng.feed(attacker, victim, t)
-                if outcome is applied_outcome:
-                    applied += 1
-                    chunk.append(rec)
-                else:
-                    self._count_outcome(outcome)
-                    # A refused kill is skipped by the shadows, as in _apply.
-                    chunk.append(None if outcome is player_cap else rec)
-            elif isinstance(rec, ControlRecord):
-                self._control(rec)
-                chunk.append(None)
-                simple = len(self.scopes.config.kinds) == 1 and not self.scopes.exclusions
-            else:
-                remember(rec.server, rec.id, now)
-                if self.scopes.exclusions and self.scopes.exclusions.excludes_placement(
-                    rec.placements, rec.t, rec.server
-                ):
-                    chunk.append(None)
-                else:
-                    if scoring:
-                        self.models.score_primary_placement(self.engine, rec)
-                    self.scopes.feed_placement(rec.placements, rec.t, rec.server)  # as in _apply
-                    self.placements += 1
-                    chunk.append(rec)
-            if len(chunk) >= REPLAY_CHUNK:
-                self.models.run(chunk)  # the shadows after the primary, as in _process
-                chunk = []
+        self._recover_chunk(applier, chunk)
         self.seq = last
-        self.applied += applied
         report.replayed += replayed
-        self.models.run(chunk)
         report.truncated_bytes = sum(truncations)
         if report.truncated_bytes:
             log.warning("journal_tail_truncated", bytes=report.truncated_bytes)
@@ -482,26 +431,56 @@ class Daemon:
         self.recovery = report
         return report
 
-    def _control(self, rec: ControlRecord, scopes: ScopeSet | None = None) -> None:
-        """A journaled admin operation, live or in recovery (``history.apply_control``); an
-        exclusion rule takes effect for later events here, and for earlier ones by recompute."""
-        sc = self.scopes if scopes is None else scopes
-        if rec.op == "exclude":
-            rule = Rule.from_dict(rec.args)
-            if all(r.id != rule.id for r in sc.exclusions.rules):
-                sc.exclusions.add(rule)
-        elif rec.op == "include":
-            sc.exclusions.remove(int(rec.args["id"]))
-        else:
-            apply_control(sc, rec)
+    def _applier(self, scopes: ScopeSet, *, live: bool = False) -> Applier:
+        """The record applier over ``scopes`` with the daemon's reading of exclusion rules (from
+        their journaled point on) and, when shadows are configured, the primary's scoring."""
+        models = self.models
+        score_kill: Callable[[Engine, str, str], None] | None = None
+        score_placement: Callable[[Engine, PlacementRecord], None] | None = None
+        observe: Callable[[float], None] | None = None
+        if models.scoring:
+            window = models.primary
 
-    def _count_outcome(self, outcome: Outcome) -> None:
-        if outcome is Outcome.APPLIED:
-            self.applied += 1
-        elif outcome is Outcome.FILTERED:
-            self.filtered["cooldown"] += 1
-        else:
-            self.rejected[REJECT_REASONS[outcome]] += 1
+            def score_kill(eng: Engine, attacker: str, victim: str) -> None:
+                window.add(adr_prediction(eng, attacker, victim))
+
+            score_placement = models.score_primary_placement
+        if live:
+            update = self.metrics.update_seconds.observe
+            primary = models.observers.get(models.primary_name)  # set only when scoring
+            if primary is None:
+                observe = update
+            else:
+
+                def observe(seconds: float) -> None:
+                    update(seconds)
+                    primary(seconds)
+
+        return Applier(
+            scopes,
+            rules="journal",
+            notify=live and self.notifier is not None and self.notifier.enabled,
+            score_kill=score_kill,
+            score_placement=score_placement,
+            observe=observe,
+            sample=self._sample,
+            slice_events=SLICE if live else 0,
+        )
+
+    def _recover_chunk(self, applier: Applier, chunk: list[JournalRecord | None]) -> None:
+        """Journal records at start-up: applied (recalibrations in place), then the shadows."""
+        applier.apply_chunk(chunk)
+        self._count(applier.take())
+        self.models.run(chunk)
+
+    def _count(self, tally: Tally) -> None:
+        self.applied += tally.applied
+        self.placements += tally.placements
+        self.excluded += tally.excluded + tally.excluded_placements
+        if tally.filtered:
+            self.filtered["cooldown"] += tally.filtered
+        if tally.rejected:
+            self.rejected.update(tally.rejected)
 
     def _checkpoint_payload(self) -> dict[str, Any]:
         return {
@@ -665,14 +644,12 @@ class Daemon:
         return result, target, self._swap_scopes(new, scope)
 
     def _catch_up(self, scopes: ScopeSet, after: int, upto: int) -> None:
-        """Journaled records after..upto into ``scopes``, with the daemon's live semantics."""
+        """Journaled records after..upto into ``scopes``, with the daemon's live semantics
+        (exclusion rules from their journaled point on; the shadows are not recomputed)."""
         if upto <= after:
             return
-        for rec in History(self.state_dir, self.archive_reader()).records(after, upto):
-            if isinstance(rec, ControlRecord):
-                self._control(rec, scopes)  # exclusion rules as live: from here on
-            else:
-                apply_record(scopes, rec)
+        applier = Applier(scopes, rules="journal")
+        applier.apply_all(History(self.state_dir, self.archive_reader()).records(after, upto))
 
     def archive_reader(self) -> Archive:
         """An Archive over the same files, for reading in a worker thread (under history_lock)."""
@@ -817,153 +794,41 @@ class Daemon:
         return True
 
     async def _apply(self, records: list[JournalRecord | None]) -> None:
-        # ``records`` is the engine task's own copy: a refused kill is set to None in it.
+        # ``records`` is the engine task's own copy: the applier sets a skipped record to None.
         """Score and apply journaled records in slices; the shadows follow every few slices.
 
-        Per kill: with shadow models configured, the primary's prediction is scored first (before
-        the update, as offline evaluation does); then ADR applies it. A placement is never
-        applied; with shadows, the primary's prediction of each of its pairs is scored. Queries
-        get their turn after each slice; after every ``SHADOW_SLICES`` slices (and at the end)
-        each shadow model takes the same slices in turn, with a turn for queries after each.
+        The records go through the applier (``applier.py``), the same rule as recovery, rebuild
+        and replay; this driver carries out its commands: a recalibration with the O(P) plan in
+        a worker thread, a notification per rated kill, and at each slice end the counters, a
+        turn for queries and, every ``SHADOW_SLICES`` slices (and at the end), the shadow
+        models' turn on the same slices, a turn for queries after each. With shadows configured,
+        the primary's prediction of each kill and placement pair is scored before ADR learns it
+        (as offline evaluation does); without, its scores come from the engine's own ring at
+        scrape time (ModelSet.ring), so this path costs nothing for them.
+
+        ``self.scopes`` is read once: a recompute that swaps in a new set meanwhile has already
+        applied this step's records to it (it catches up on everything journaled), so the rest
+        of the step must not reach it a second time.
         """
-        observe = self.metrics.update_seconds.observe
-        models = self.models
-        # Without shadows nothing is scored here: the primary's scores come from the engine's
-        # own ring at scrape time (ModelSet.ring), so this path costs nothing for them.
-        scoring = models.scoring
-        observe_primary = models.observers.get(models.primary_name)  # set only when scoring
-        engine = self.engine
-        scopes = self.scopes
-        # One ladder and no exclusion rules: the plain path below. Otherwise each kill goes to
-        # every scope it belongs to (ScopeSet.targets), each recalibrating like the global one.
-        simple = len(scopes.config.kinds) == 1 and not scopes.exclusions
-        notify = self.notifier is not None and self.notifier.enabled
-        apply = engine.apply  # recalibration is handled just below, exactly as Engine.feed does
-        predict = engine.predict
-        ids_get = engine.ids.get
-        window = models.primary  # the primary's predictions are stored inline (see ScoreWindow.add)
-        view = window.view
-        size = window.size
-        pos = window.pos
-        scored = 0
-        applied_outcome = Outcome.APPLIED
-        player_cap = Outcome.PLAYER_CAP
-        applied = 0
-        placements = 0
-        sample = self._sample
-        work = 0
+        applier = self._applier(self.scopes, live=True)
         start = 0  # the first record the shadows have not taken yet
         cuts: list[int] = []  # where ADR's slices since then end
-        # The C kernel takes runs of plain kills in one call (Engine.run_records) when nothing
-        # per event is needed here: no scoring for shadows, no notifications, one ladder.
-        run = engine.run_records if not scoring else None
-        total = len(records)
-        resume = 0  # records before this were taken by a run
-        for k, rec in enumerate(records):
-            if k < resume:
-                continue
-            upto = k + 1  # the first record after this step
-            assert rec is not None  # only this loop sets entries to None, behind itself
-            if isinstance(rec, ControlRecord):
-                self._control(rec, scopes)
-                records[k] = None  # nothing for the shadows
-                simple = len(scopes.config.kinds) == 1 and not scopes.exclusions
-                work += 1
-            elif isinstance(rec, PlacementRecord):
-                if scopes.exclusions and scopes.exclusions.excludes_placement(
-                    rec.placements, rec.t, rec.server
-                ):
-                    records[k] = None
-                    self.excluded += 1
-                    continue
-                # The pairs are predicted (and scored) before ADR learns the match (placement_weight).
-                if scoring:
-                    for a, b in rec.pairs:
-                        i = ids_get(a)
-                        j = ids_get(b)
-                        view[pos] = 0.5 if i is None or j is None else predict(i, j)
-                        pos += 1
-                        if pos == size:
-                            pos = 0
-                    scored += len(rec.pairs)
-                scopes.feed_placement(rec.placements, rec.t, rec.server)
-                placements += 1
-                work += 1 + len(rec.pairs) // PAIRS_PER_EVENT
-            elif not simple or notify:
-                work += 1
-                outcome = await self._apply_scoped(scopes, rec, scoring, notify)
-                if outcome is None:
-                    records[k] = None  # excluded: the shadows skip it too
-                elif outcome is applied_outcome:
-                    applied += 1
-                else:
-                    self._count_outcome(outcome)
-                    if outcome is player_cap:
-                        records[k] = None
-            elif run is not None and (
-                # Up to (not including) the next sampled event and the end of this slice.
-                (taken := run(records, k, min(total, k + UPDATE_SAMPLE - 1 - sample, k + SLICE - work)))[0]
-                > k
-            ):
-                upto = resume = taken[0]
-                applied += taken[1]
-                if taken[2]:
-                    self.filtered["cooldown"] += taken[2]
-                sample += upto - k
-                work += upto - k
-            else:
-                _, t, attacker, victim, _s, _i = rec
-                if scoring:
-                    i = ids_get(attacker)
-                    j = ids_get(victim)
-                    view[pos] = 0.5 if i is None or j is None else predict(i, j)  # §3.1, before the update
-                    pos += 1
-                    if pos == size:
-                        pos = 0
-                    scored += 1
-                if t >= engine.next_recalibration and engine.recalibration_due_before(attacker, victim, t):
-                    # Same point and same result as Engine.feed (and so as replay), but the O(P)
-                    # numpy part runs in a worker thread while the loop keeps answering queries;
-                    # nothing mutates the engine meanwhile because this task is the only writer.
-                    window.commit(pos, scored)  # scrapes may read the window meanwhile
-                    scored = 0
-                    await self._recalibrate(engine, t)
-                sample += 1
-                if sample >= UPDATE_SAMPLE:
-                    sample = 0
-                    t0 = time.perf_counter()
-                    outcome = apply(attacker, victim, t)
-                    elapsed = time.perf_counter() - t0
-                    observe(elapsed)
-                    if observe_primary is not None:
-                        observe_primary(elapsed)
-                else:
-                    outcome = apply(attacker, victim, t)
-                if outcome is applied_outcome:
-                    applied += 1
-                else:
-                    self._count_outcome(outcome)
-                    if outcome is player_cap:
-                        records[k] = None  # the shadows skip it too (ModelSet.run_steps)
-                work += 1
-            if work >= SLICE:
-                work = 0
-                self.applied += applied  # visible to queries between slices
-                applied = 0
-                self.placements += placements
-                placements = 0
-                window.commit(pos, scored)
-                scored = 0
-                cuts.append(upto)
+        for cmd in applier.run(records):
+            if type(cmd) is SliceEnd:
+                applier.drain(self._count)  # visible to queries between slices
+                cuts.append(cmd.upto)
                 await asyncio.sleep(0)
                 if len(cuts) >= SHADOW_SLICES:
                     await self._shadows(records, start, cuts)  # the same slices, model by model
                     start = cuts[-1]
                     cuts = []
-        self.applied += applied
-        self.placements += placements
-        window.commit(pos, scored)
-        self._sample = sample
+            elif type(cmd) is RecalibrationDue:
+                await self._recalibrate(cmd.engine, cmd.t)
+            else:
+                assert type(cmd) is Rated
+                self._notify_changes(cmd.engine, cmd.record, cmd.before)
+        applier.drain(self._count)
+        self._sample = applier.sample
         await self._shadows(records, start, [*cuts, len(records)])
 
     @staticmethod
@@ -974,39 +839,6 @@ class Daemon:
         at = eng.begin_recalibration(t)
         if at is not None:
             eng.finish_recalibration(await asyncio.to_thread(eng.plan_recalibration, at))
-
-    async def _apply_scoped(
-        self, scopes: ScopeSet, rec: Record, scoring: bool, notify: bool
-    ) -> Outcome | None:
-        """One kill into every scope of ``scopes`` it belongs to; the global outcome (None: excluded).
-
-        ``scopes`` is the set this engine step started with: a recompute that swaps in a new one
-        meanwhile has already applied this step's records to it (it catches up on everything
-        journaled), so the rest of the step must not reach it a second time. Each engine
-        recalibrates exactly where ``Engine.feed`` would, the O(P) part in a worker thread.
-        """
-        _, t, attacker, victim, server, _i = rec
-        engines = scopes.targets(attacker, victim, t, server)
-        if engines is None:
-            self.excluded += 1
-            return None
-        g = engines[0]
-        if scoring:
-            self.models.primary.add(adr_prediction(g, attacker, victim))  # §3.1, before the update
-        outcome = Outcome.APPLIED
-        for n, eng in enumerate(engines):
-            if t >= eng.next_recalibration and eng.recalibration_due_before(attacker, victim, t):
-                await self._recalibrate(eng, t)
-            if notify:
-                before = (eng.tier_index(attacker), eng.tier_index(victim))
-                out = eng.apply(attacker, victim, t)
-                if out is Outcome.APPLIED:
-                    self._notify_changes(eng, rec, before)
-            else:
-                out = eng.apply(attacker, victim, t)
-            if n == 0:
-                outcome = out
-        return outcome
 
     def _notify_changes(self, g: Engine, rec: Record, before: tuple[int, int]) -> None:
         notifier = self.notifier
@@ -1343,18 +1175,18 @@ class Daemon:
         old = self.settings
         changed: list[str] = []
         blocked: list[str] = []
-        for section in fields(Settings):
-            a, b = getattr(old, section.name), getattr(new, section.name)
+        for section in Settings.model_fields:
+            a, b = getattr(old, section), getattr(new, section)
             if a == b:
                 continue
-            if not hasattr(a, "__dataclass_fields__"):  # [[tail]], [adr] as a whole
-                blocked.append(section.name)
+            if not isinstance(a, Section):  # [[tail]], [adr] as a whole
+                blocked.append(section)
                 continue
-            allowed = self.RELOADABLE.get(section.name, frozenset())
-            for f in fields(a):
-                if getattr(a, f.name) != getattr(b, f.name):
-                    key = f"{section.name}.{f.name}"
-                    (changed if f.name in allowed else blocked).append(key)
+            allowed = self.RELOADABLE.get(section, frozenset())
+            for name, spec in type(a).model_fields.items():
+                if getattr(a, name) != getattr(b, name):
+                    key = f"{section}.{spec.alias or name}"
+                    (changed if name in allowed else blocked).append(key)
         if blocked:
             raise ArenadError(f"reload refused: {', '.join(blocked)} can only change with a restart")
         self.settings = new
@@ -1377,20 +1209,11 @@ class Daemon:
         """One follower per ``[[tail]]`` / ``--tail``, resuming from its checkpointed position."""
         if not self.settings.tail:
             return []
-        feeds, errors = discover_feeds()
-        for error in errors:
+        for error in loaded_feeds()[1]:
             log.warning("feed_plugin_failed", error=error)
         out = []
         for spec in self.settings.tail:
-            plugin = feeds.get(spec.format)
-            if plugin is None:
-                raise ConfigError(
-                    [
-                        ConfigProblem(
-                            "tail.format", spec.format, f"no such feed (known: {', '.join(sorted(feeds))})"
-                        )
-                    ]
-                )
+            plugin = feed_plugin(spec.format, key="tail.format")
             options = dict(spec.options)
             if spec.server is not None:
                 options.setdefault("server", spec.server)

@@ -43,6 +43,7 @@ from typing import Any
 import msgpack
 
 from arenad.errors import ArenadError
+from arenad.fileio import fsync_dir, write_atomic
 from arenad.models.base import placement_pairs
 
 _RECORD_HEAD = struct.Struct("<II")  # length, crc32
@@ -122,14 +123,6 @@ class RecoveryReport:
     fallbacks: int = 0  # checkpoints skipped because they did not verify
     replayed: int = 0  # journal records applied after the checkpoint
     truncated_bytes: int = 0  # torn tail cut off the journal
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _numbered(directory: Path, pattern: str) -> list[tuple[int, Path]]:
@@ -256,7 +249,7 @@ class Journal:
         path = self.dir / self.segment_name(first_seq)
         new = path.open("ab", buffering=0)
         try:
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
         except OSError:
             new.close()
             raise
@@ -358,20 +351,9 @@ class Checkpoints:
         body = msgpack.packb(payload, use_bin_type=True)
         head = _CKPT_HEAD.pack(_CKPT_MAGIC, CHECKPOINT_FORMAT, zlib.crc32(body), len(body))
         final = self.dir / f"checkpoint-{seq:012d}.ckpt"
-        tmp = self.dir / f".checkpoint-{seq:012d}.tmp"
-        try:
-            with tmp.open("wb") as f:
-                f.write(head)
-                f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            # A full disk: the older checkpoints stay as they are, and the half-written temporary
-            # goes, so it does not hold the space the next attempt needs.
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(self.dir)
+        # A full disk: the older checkpoints stay as they are, and the half-written temporary
+        # (.checkpoint-N.ckpt.tmp) goes, so it does not hold the space the next attempt needs.
+        write_atomic(final, head, body)
         for _s, old in self.list()[self.keep :]:
             old.unlink(missing_ok=True)
         return final

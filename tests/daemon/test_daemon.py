@@ -126,7 +126,7 @@ class TestRestarts:
                     return
                 daemon.send_udp(msgpack.packb(evs[k : k + 25]))
                 sent.append(k + 25)
-                time.sleep(0.002)
+                time.sleep(0.002)  # pacing: the stream is still flowing when the kill lands
 
         thread = threading.Thread(target=sender)
         thread.start()
@@ -306,14 +306,16 @@ class TestDamagedState:
 
     def test_missing_password_file_fails_at_start_naming_the_key(self, tmp_path: Path) -> None:
         config = tmp_path / "arenad.toml"
-        config.write_text(f'[mqtt]\nurl = "mqtt://127.0.0.1:1"\npassword_file = "{tmp_path}/nope"\n')
+        config.write_text(
+            f'[mqtt]\nurl = "mqtt://127.0.0.1:1"\nusername = "arenad"\npassword_file = "{tmp_path}/nope"\n'
+        )
         args = ["run", "--config", str(config), "--state-dir", str(tmp_path / "s")]
         args += ["--udp", "off", "--query", "off", "--metrics", "off"]
         proc = subprocess.run(
             [sys.executable, "-m", "arenad", *args], capture_output=True, text=True, timeout=60, check=False
         )
         assert proc.returncode == 2
-        assert "mqtt.password_file" in proc.stderr
+        assert "mqtt.password_file" in proc.stderr and "cannot read" in proc.stderr
 
 
 class TestCommands:

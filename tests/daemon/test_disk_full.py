@@ -17,12 +17,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from daemon_harness import DaemonProcess
+from waiting import wait_until
 
 from arenad.daemon.emit import emit_mqtt, simulated_kills
 from arenad.daemon.state import Checkpoints
@@ -82,14 +83,6 @@ def offline_ladder(tmp_path: Path, evs: list[dict[str, Any]]) -> dict[str, Any]:
     return {row["player"]: row for row in map(json.loads, out.read_text().splitlines())}
 
 
-def until(what: str, condition: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.05)
-
-
 def logged(daemon: DaemonProcess, event: str, **fields: Any) -> list[dict[str, Any]]:
     out = []
     for line in list(daemon.log_lines):
@@ -132,9 +125,10 @@ class TestDiskFull:
 
             # 2. The disk fills up: the checkpoint fails and leaves the previous ones intact.
             filler = fill(small_fs)
-            until(
-                "a checkpoint failure counted",
+            wait_until(
                 lambda: daemon.metric("arenad_storage_errors_total", 'op="checkpoint"') >= 1,
+                "a checkpoint failure counted",
+                WAIT,
             )
             assert daemon.metric("arenad_storage_ok") == 0
             assert logged(daemon, "storage_write_failed", op="checkpoint", errno=errno.ENOSPC)
@@ -149,12 +143,13 @@ class TestDiskFull:
                 target=emit_mqtt, args=(mosquitto.url, "arena/eu-1/kills", iter(mqtt)), kwargs={"batch": 20}
             )
             publisher.start()
-            until(
-                "intake paused on a journal failure",
+            wait_until(
                 lambda: (
                     daemon.metric("arenad_intake_paused") == 1
                     and daemon.metric("arenad_storage_errors_total", 'op="journal"') >= 1
                 ),
+                "intake paused on a journal failure",
+                WAIT,
             )
             failed = logged(daemon, "storage_write_failed", op="journal")
             assert failed and failed[0]["errno"] == errno.ENOSPC and failed[0]["intake_paused"] is True
@@ -164,9 +159,10 @@ class TestDiskFull:
             # A record that fits the journal file's last page may have gone in before ENOSPC;
             # the rest waits, and every retry (once a second) fails and is counted.
             assert paused["journal_seq"] < 400
-            until(
-                "the journal write retried",
+            wait_until(
                 lambda: daemon.metric("arenad_storage_errors_total", 'op="journal"') >= 3,
+                "the journal write retried",
+                WAIT,
             )
             assert daemon.stats()["journal_seq"] == paused["journal_seq"]
             assert daemon.alive()
@@ -176,7 +172,7 @@ class TestDiskFull:
             filler.unlink()
             freed = time.monotonic()
             stats = daemon.wait_for(lambda s: s["journal_seq"] >= 400, timeout=WAIT)
-            until("the alarm cleared", lambda: daemon.metric("arenad_storage_ok") == 1)
+            wait_until(lambda: daemon.metric("arenad_storage_ok") == 1, "the alarm cleared", WAIT)
             assert time.monotonic() - freed < WAIT
             assert daemon.metric("arenad_intake_paused") == 0
             assert logged(daemon, "storage_recovered", op="journal")

@@ -48,7 +48,7 @@ def test_datagrams_inside_the_window_share_one_step(tmp_path: Path) -> None:
         # steps at most if sending them straddled the window's end).
         for k in range(1, 11):
             d.send_events([kill(k)])
-            time.sleep(0.03)
+            time.sleep(0.03)  # the point: datagrams spread over the window, not a synchronisation
         d.wait_for(lambda s: s["applied"] == 11, timeout=window + 10)
         n, events = steps(d)
         assert events == 11.0

@@ -12,16 +12,14 @@ from typing import Any
 import pytest
 
 from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason
+from arenad.daemon.config_sources import HlServer, HlUdpSettings, parse_server_address
 from arenad.daemon.sources import hl_udp
 from arenad.daemon.sources.hl_udp import (
-    HlServer,
-    HlUdpSettings,
     HlUdpSource,
     hl_udp_from_mapping,
     load_secret,
     load_secrets,
     open_hl_udp,
-    parse_server_address,
 )
 from arenad.daemon.types import Batch
 from arenad.errors import ConfigError
@@ -113,7 +111,7 @@ class TestListedServers:
     """R datagrams from a listed server become kill events of that server, by Steam ID."""
 
     def test_kills_carry_the_server_id_and_steam_identities(self, sender: socket.socket) -> None:
-        settings = settings_for(HlServer("cs-eu-1", "127.0.0.1"))
+        settings = settings_for(HlServer(name="cs-eu-1", address="127.0.0.1"))
         out, _ = exchange(settings, sender, [r_packet(KILL), r_packet(KILL_BACK)], expect=2)
         first, second = (kill_of(b) for b in out)
         assert (first.attacker, first.victim, first.weapon) == (
@@ -129,7 +127,7 @@ class TestListedServers:
         assert first.id != second.id
 
     def test_lines_without_kills_are_counted_not_queued(self, sender: socket.socket) -> None:
-        settings = settings_for(HlServer("cs", "127.0.0.1"))
+        settings = settings_for(HlServer(name="cs", address="127.0.0.1"))
         packets = [r_packet(PURCHASE), r_packet(SUICIDE), r_packet(KILL)]
         out, protocol = exchange(settings, sender, packets, expect=1)
         kill_of(out[0])
@@ -137,20 +135,20 @@ class TestListedServers:
         assert protocol.parsers["cs"].counts["lines"] == 3
 
     def test_host_port_entry_wins_over_a_host_entry(self, sender: socket.socket) -> None:
-        exact = HlServer("exact", f"127.0.0.1:{port_of(sender)}")
-        settings = settings_for(HlServer("any-port", "127.0.0.1"), exact)
+        exact = HlServer(name="exact", address=f"127.0.0.1:{port_of(sender)}")
+        settings = settings_for(HlServer(name="any-port", address="127.0.0.1"), exact)
         out, _ = exchange(settings, sender, [r_packet(KILL)], expect=1)
         assert out[0].server == "exact"
 
     def test_host_port_entry_refuses_another_port(self, sender: socket.socket) -> None:
         other = port_of(sender) % 65535 + 1
-        settings = settings_for(HlServer("cs", f"127.0.0.1:{other}"))
+        settings = settings_for(HlServer(name="cs", address=f"127.0.0.1:{other}"))
         out, _ = exchange(settings, sender, [r_packet(KILL)], expect=1)
         assert reject_reason(out[0]) is RejectReason.UNAUTHORISED
 
     def test_ipv4_mapped_senders_match_ipv4_entries(self) -> None:
         queue: asyncio.Queue[Batch] = asyncio.Queue()
-        source = HlUdpSource(settings_for(HlServer("cs", "127.0.0.1")), queue, Counter())
+        source = HlUdpSource(settings_for(HlServer(name="cs", address="127.0.0.1")), queue, Counter())
         source.datagram_received(r_packet(KILL), ("::ffff:127.0.0.1", 27015, 0, 0))
         assert queue.get_nowait().server == "cs"
 
@@ -162,7 +160,7 @@ class TestSecrets:
         self, sender: socket.socket, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setenv("CS_LOGSECRET", "74656")
-        settings = settings_for(HlServer("cs", "127.0.0.1", secret_env="CS_LOGSECRET"))
+        settings = settings_for(HlServer(name="cs", address="127.0.0.1", secret_env="CS_LOGSECRET"))
         out, _ = exchange(settings, sender, [s_packet("74656", KILL)], expect=1)
         assert kill_of(out[0]).server == "cs"
 
@@ -170,7 +168,7 @@ class TestSecrets:
         self, sender: socket.socket, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setenv("CS_LOGSECRET", "74656")
-        settings = settings_for(HlServer("cs", "127.0.0.1", secret_env="CS_LOGSECRET"))
+        settings = settings_for(HlServer(name="cs", address="127.0.0.1", secret_env="CS_LOGSECRET"))
         packets = [s_packet("74657", KILL), s_packet("7465", KILL), s_packet("746560", KILL), r_packet(KILL)]
         out, _ = exchange(settings, sender, packets, expect=4)
         assert [reject_reason(b) for b in out] == [RejectReason.UNAUTHORISED] * 4
@@ -178,13 +176,15 @@ class TestSecrets:
         assert "74656" not in details  # a refusal never echoes the secret
 
     def test_s_datagram_where_no_secret_is_configured_is_unauthorised(self, sender: socket.socket) -> None:
-        out, _ = exchange(settings_for(HlServer("cs", "127.0.0.1")), sender, [s_packet("1", KILL)], expect=1)
+        out, _ = exchange(
+            settings_for(HlServer(name="cs", address="127.0.0.1")), sender, [s_packet("1", KILL)], expect=1
+        )
         assert reject_reason(out[0]) is RejectReason.UNAUTHORISED
 
     def test_secret_from_a_file(self, sender: socket.socket, tmp_path: Path) -> None:
         path = tmp_path / "secret"
         path.write_text("s3cret\n", encoding="utf-8")
-        settings = settings_for(HlServer("cs", "127.0.0.1", secret_file=str(path)))
+        settings = settings_for(HlServer(name="cs", address="127.0.0.1", secret_file=str(path)))
         out, _ = exchange(settings, sender, [s_packet("s3cret", KILL)], expect=1)
         kill_of(out[0])
 
@@ -193,14 +193,14 @@ class TestRefusals:
     """Unlisted senders and non-log datagrams are refused with a reason, never dropped silently."""
 
     def test_unlisted_sender_is_unauthorised(self, sender: socket.socket) -> None:
-        settings = settings_for(HlServer("cs", "127.0.0.2"))
+        settings = settings_for(HlServer(name="cs", address="127.0.0.2"))
         out, _ = exchange(settings, sender, [r_packet(KILL)], expect=1)
         assert reject_reason(out[0]) is RejectReason.UNAUTHORISED
         assert f"127.0.0.1:{port_of(sender)}" in reject_of(out[0]).detail
         assert out[0].server is None
 
     def test_garbage_is_malformed(self, sender: socket.socket) -> None:
-        settings = settings_for(HlServer("cs", "127.0.0.1"))
+        settings = settings_for(HlServer(name="cs", address="127.0.0.1"))
         packets = [
             b"hello",
             b"\xff\xff\xff\xffX" + KILL,
@@ -229,7 +229,7 @@ class TestRefusals:
 
     def test_parser_failure_is_a_counted_reject(self, monkeypatch: pytest.MonkeyPatch) -> None:
         queue: asyncio.Queue[Batch] = asyncio.Queue()
-        source = HlUdpSource(settings_for(HlServer("cs", "127.0.0.1")), queue, Counter())
+        source = HlUdpSource(settings_for(HlServer(name="cs", address="127.0.0.1")), queue, Counter())
 
         def broken(line: bytes, received_at: float) -> list[Any]:
             raise RuntimeError("bug")
@@ -246,7 +246,7 @@ class TestOverload:
     def test_full_queue_counts_drops(self) -> None:
         queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=1)
         dropped: Counter[str] = Counter()
-        source = HlUdpSource(settings_for(HlServer("cs", "127.0.0.1")), queue, dropped)
+        source = HlUdpSource(settings_for(HlServer(name="cs", address="127.0.0.1")), queue, dropped)
         for packet in (r_packet(KILL), r_packet(KILL_BACK), b"garbage", r_packet(PURCHASE)):
             source.datagram_received(packet, ("127.0.0.1", 27015))
         assert queue.qsize() == 1
@@ -353,9 +353,9 @@ class TestLoadSecret:
         monkeypatch.setenv("CS_LOGSECRET", "abc")
         path = tmp_path / "secret"
         path.write_text("from-file\r\nsecond line\n", encoding="utf-8")
-        assert load_secret(HlServer("a", "10.0.0.5", secret_env="CS_LOGSECRET")) == "abc"
-        assert load_secret(HlServer("b", "10.0.0.5", secret_file=str(path))) == "from-file"
-        assert load_secret(HlServer("c", "10.0.0.5")) is None
+        assert load_secret(HlServer(name="a", address="10.0.0.5", secret_env="CS_LOGSECRET")) == "abc"
+        assert load_secret(HlServer(name="b", address="10.0.0.5", secret_file=str(path))) == "from-file"
+        assert load_secret(HlServer(name="c", address="10.0.0.5")) is None
 
     def test_every_missing_secret_is_named(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("ARENAD_TEST_NO_SUCH_VAR", raising=False)
@@ -363,10 +363,10 @@ class TestLoadSecret:
         empty.write_text("\n", encoding="utf-8")
         settings = HlUdpSettings(
             servers=(
-                HlServer("a", "10.0.0.5", secret_env="ARENAD_TEST_NO_SUCH_VAR"),
-                HlServer("b", "10.0.0.6", secret_file=str(tmp_path / "missing")),
-                HlServer("c", "10.0.0.7", secret_file=str(empty)),
-                HlServer("d", "10.0.0.8"),
+                HlServer(name="a", address="10.0.0.5", secret_env="ARENAD_TEST_NO_SUCH_VAR"),
+                HlServer(name="b", address="10.0.0.6", secret_file=str(tmp_path / "missing")),
+                HlServer(name="c", address="10.0.0.7", secret_file=str(empty)),
+                HlServer(name="d", address="10.0.0.8"),
             )
         )
         with pytest.raises(ConfigError) as info:
@@ -379,7 +379,7 @@ class TestLoadSecret:
 
     def test_open_fails_before_binding(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("ARENAD_TEST_NO_SUCH_VAR", raising=False)
-        settings = settings_for(HlServer("a", "127.0.0.1", secret_env="ARENAD_TEST_NO_SUCH_VAR"))
+        settings = settings_for(HlServer(name="a", address="127.0.0.1", secret_env="ARENAD_TEST_NO_SUCH_VAR"))
 
         async def run() -> None:
             await open_hl_udp(settings, asyncio.Queue(), Counter())

@@ -7,7 +7,6 @@ import asyncio
 import errno
 import math
 import zlib
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +194,7 @@ def test_check_rows_is_check(
     max_ids: int,
     as_tuples: bool,
 ) -> None:
-    config = replace(DaemonSettings(), clamp_future=clamp, dedupe_max_ids=max_ids)
+    config = DaemonSettings(clamp_future=clamp, dedupe_max_ids=max_ids)
     old, new = Intake(config), Intake(config)
     old.remember("eu-1", "3", NOW - 5)
     new.remember("eu-1", "3", NOW - 5)
@@ -261,7 +260,7 @@ def datagrams(now: float) -> list[bytes]:
 
 
 def new_daemon(state: Path) -> Daemon:
-    d = Daemon(Settings(daemon=replace(DaemonSettings(), state_dir=str(state))))
+    d = Daemon(Settings(daemon=DaemonSettings(state_dir=str(state))))
     d.recover()
     d.journal.open_segment(d.seq + 1)
     return d

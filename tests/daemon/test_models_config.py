@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 import arenad.daemon.config as config_module
 from arenad.core.params import PAPER, ADRParams
-from arenad.daemon.config import PRIMARY_MODELS, ModelsSettings
+from arenad.daemon.config import PRIMARY_MODELS, ModelsSettings, validate
 from arenad.errors import ConfigError, ConfigProblem
 from arenad.models import BUILTIN_MODELS, ModelFactory
 from arenad.settings import Settings
 
 
 def problems(**kw: Any) -> list[ConfigProblem]:
-    return ModelsSettings(**kw).problems()
+    return validate(ModelsSettings, kw, "models")[1]
 
 
 def keys_and_values(found: list[ConfigProblem]) -> set[tuple[str, object]]:
@@ -40,7 +40,7 @@ class TestModelsSettings:
     """Each bad value is named with its key and a reason."""
 
     def test_defaults_are_valid(self) -> None:
-        assert ModelsSettings().problems() == []
+        assert problems() == []
         assert problems(shadows=("elo", "glicko2", "trueskill")) == []
 
     @pytest.mark.parametrize("primary", ["elo", "glicko2", "", "ADR"])
@@ -69,7 +69,7 @@ class TestModelsSettings:
         assert problems(shadows=("adr-printed",)) == []
 
     def test_shadows_must_be_a_list_of_names(self) -> None:
-        assert keys_and_values(problems(shadows=("elo", 3))) == {("models.shadows", ("elo", 3))}
+        assert keys_and_values(problems(shadows=("elo", 3))) == {("models.shadows", 3)}
         assert keys_and_values(problems(shadows="elo")) == {("models.shadows", "elo")}
 
     def test_offline_models_are_refused(self, monkeypatch: pytest.MonkeyPatch) -> None:

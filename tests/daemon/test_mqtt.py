@@ -25,12 +25,12 @@ import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from waiting import until
 
 from arenad.core.events import KillEvent, Reject, RejectReason
-from arenad.daemon.config import MqttSettings
+from arenad.daemon.config_sources import MqttSettings
 from arenad.daemon.sources.mqtt import (
     MqttStatus,
-    backoff_delay,
     decode_payload,
     load_password,
     run_mqtt,
@@ -96,15 +96,6 @@ async def publish(broker: Broker, topic: str, *payloads: bytes, retain: bool = F
     async with aiomqtt.Client(broker.host, broker.port, identifier=f"pub-{uuid.uuid4().hex[:8]}") as client:
         for payload in payloads:
             await client.publish(topic, payload, qos=1, retain=retain)
-
-
-async def until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Poll a condition of the source's state (there is no event to wait on), bounded."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 @dataclass
@@ -224,17 +215,17 @@ class TestSecretsAndTls:
         pw = tmp_path / "pw"
         pw.write_text("from-file\nsecond line\n", encoding="utf-8")
         monkeypatch.setenv("ARENAD_TEST_PW", "from-env")
-        assert load_password(MqttSettings(password_env="ARENAD_TEST_PW", password_file=str(pw))) == "from-env"
-        assert load_password(MqttSettings(password_file=str(pw))) == "from-file"
+        assert load_password(MqttSettings(username="u", password_env="ARENAD_TEST_PW")) == "from-env"
+        assert load_password(MqttSettings(username="u", password_file=str(pw))) == "from-file"
         assert load_password(MqttSettings()) is None
 
     def test_missing_sources_name_their_key(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("ARENAD_TEST_PW_MISSING", raising=False)
         with pytest.raises(ConfigError) as env_err:
-            load_password(MqttSettings(password_env="ARENAD_TEST_PW_MISSING"))
+            load_password(MqttSettings(username="u", password_env="ARENAD_TEST_PW_MISSING"))
         assert env_err.value.problems[0].key == "mqtt.password_env"
         with pytest.raises(ConfigError) as file_err:
-            load_password(MqttSettings(password_file=str(tmp_path / "nope")))
+            load_password(MqttSettings(username="u", password_file=str(tmp_path / "nope")))
         assert file_err.value.problems[0].key == "mqtt.password_file"
 
     def test_tls_context(self, tmp_path: Path) -> None:
@@ -247,14 +238,6 @@ class TestSecretsAndTls:
         with pytest.raises(ConfigError) as err:
             tls_context(MqttSettings(url="mqtts://h", tls_ca=str(tmp_path / "missing.pem")))
         assert err.value.problems[0].key == "mqtt.tls_ca"
-
-    def test_backoff_doubles_within_bounds(self) -> None:
-        s = MqttSettings(reconnect_min=0.5, reconnect_max=4.0)
-        assert backoff_delay(s, 0) == 0.5
-        for failures, ceiling in [(1, 1.0), (2, 2.0), (3, 4.0), (10, 4.0), (10_000, 4.0)]:
-            delays = [backoff_delay(s, failures) for _ in range(200)]
-            assert all(0.5 <= d <= ceiling for d in delays)
-            assert max(delays) > 0.5 + (ceiling - 0.5) / 2  # jittered, not fixed
 
 
 # ---------------------------------------------------------------------------- with a broker

@@ -24,6 +24,7 @@ import pytest
 from daemon_harness import DaemonProcess
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
+from waiting import wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -151,14 +152,6 @@ def log_records(d: DaemonProcess, event: str) -> list[dict[str, Any]]:
     return out
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.05)
-
-
 def players(d: DaemonProcess) -> set[str]:
     return {row["player"] for row in d.ladder()}
 
@@ -243,7 +236,7 @@ class TestRefusedDaemonStaysUp:
 
     def assert_refused_and_retrying(self, d: DaemonProcess, why: Callable[[str], bool]) -> None:
         wait_until(
-            lambda: len(log_records(d, "mqtt_connect_failed")) >= 3, "three failed connection attempts"
+            lambda: len(log_records(d, "mqtt_connect_failed")) >= 3, "three failed connection attempts", WAIT
         )
         failures = log_records(d, "mqtt_connect_failed")
         assert all(why(str(r["error"])) for r in failures), failures

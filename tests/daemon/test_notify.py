@@ -25,11 +25,12 @@ from urllib.parse import unquote
 
 import aiomqtt
 import pytest
+from waiting import until
 
-from arenad.daemon.config import MqttSettings
+from arenad.daemon.config import validate
+from arenad.daemon.config_sources import MqttSettings, NotifySettings
 from arenad.daemon.notify import (
     Notifier,
-    NotifySettings,
     RatingChange,
     payload_of,
     topic_for,
@@ -113,24 +114,13 @@ def strict_json(data: bytes) -> Any:
 def settings_for(broker: Broker, **overrides: Any) -> NotifySettings:
     values: dict[str, Any] = {"mqtt": broker.url, "client_id": f"notify-test-{uuid.uuid4().hex[:8]}"}
     values.update(overrides)
-    settings = NotifySettings(**values)
-    assert settings.problems() == []
-    return settings
+    return NotifySettings(**values)  # raises for an invalid one
 
 
 def notifier_for(settings: NotifySettings, **kwargs: Any) -> Notifier:
     options: dict[str, Any] = {"reconnect_min": 0.05, "reconnect_max": 0.3, "keepalive": 5}
     options.update(kwargs)
     return Notifier(settings, **options)
-
-
-async def until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Poll a condition of the notifier's counters (there is no event to wait on), bounded."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 @dataclass
@@ -208,7 +198,7 @@ def broker_users(broker: Broker) -> dict[str, str]:
 class TestSettings:
     def test_defaults_are_valid_and_off(self) -> None:
         s = NotifySettings()
-        assert s.problems() == []
+        assert validate(NotifySettings, {}) == (s, [])
         assert not s.enabled
         assert (s.topic, s.changes, s.retain, s.qos, s.queue, s.scopes) == (
             "arena/{server}/ratings",
@@ -232,7 +222,8 @@ class TestSettings:
         ],
     )
     def test_valid(self, overrides: dict[str, Any]) -> None:
-        assert NotifySettings(**overrides).problems() == []
+        settings, problems = validate(NotifySettings, overrides, "notify")
+        assert problems == [] and settings is not None
 
     @pytest.mark.parametrize(
         ("overrides", "key"),
@@ -276,7 +267,7 @@ class TestSettings:
         ],
     )
     def test_each_bad_value_names_its_key(self, overrides: dict[str, Any], key: str) -> None:
-        problems = NotifySettings(**{"mqtt": "mqtts://127.0.0.1", **overrides}).problems()
+        _, problems = validate(NotifySettings, {"mqtt": "mqtts://127.0.0.1", **overrides}, "notify")
         assert [p.key for p in problems] == [key], problems
         assert problems[0].message
 
@@ -298,7 +289,6 @@ class TestSettings:
         ]
         for overrides, key in cases:
             settings = NotifySettings(**{"mqtt": "mqtt://127.0.0.1", **overrides})
-            assert settings.problems() == []
             with pytest.raises(ConfigError) as e:
                 Notifier(settings)
             assert [p.key for p in e.value.problems] == [key]

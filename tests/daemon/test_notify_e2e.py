@@ -15,6 +15,7 @@ from urllib.parse import unquote
 import paho.mqtt.client as paho
 from daemon_harness import DaemonProcess
 from paho.mqtt.enums import CallbackAPIVersion
+from waiting import settled, wait_until
 
 
 class Broker(Protocol):
@@ -77,10 +78,10 @@ def test_tier_changes_are_published_retained_per_player(tmp_path: Path, mosquitt
     try:
         d.send_events(events)
         d.wait_for(lambda s: s["journal_seq"] == len(events) and s["queue_depth"] == 0)
-        deadline = time.monotonic() + 20
-        while d.metric("arenad_notify_published_total") == 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)  # let the publisher drain its queue
+        wait_until(lambda: d.metric("arenad_notify_published_total") > 0, "a change published", 20)
+        # Drained: nothing more is published for a while, so every change is retained at the broker
+        # before the subscriber below arrives (and gets them as retained messages, not live ones).
+        settled(lambda: d.metric("arenad_notify_published_total"), "the publisher draining", quiet=0.5)
         retained = collect(mosquitto.host, mosquitto.port, "arena/+/ratings/+")
         assert retained, "no retained rating messages"
         players = {}

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arenad.core.engine import Engine
-from arenad.daemon.config import QuerySettings
+from arenad.daemon.config import QuerySettings, validate
 from arenad.daemon.metrics import Metrics
 from arenad.daemon.query import OPS, QueryHandler, TokenBucket
 from arenad.daemon.types import QUERY_REJECT_REASONS, MetricsSnapshot
@@ -94,7 +94,7 @@ class TestSettings:
     def test_defaults_suit_game_servers_polling_ranks(self) -> None:
         s = QuerySettings()
         assert (s.rate_limit, s.burst) == (200.0, 400)
-        assert s.problems() == []
+        assert validate(QuerySettings, {}) == (s, [])
 
     @pytest.mark.parametrize(
         ("kw", "key"),
@@ -107,11 +107,11 @@ class TestSettings:
         ],
     )
     def test_bad_values(self, kw: dict[str, Any], key: str) -> None:
-        problems = QuerySettings(**kw).problems()
+        _, problems = validate(QuerySettings, kw, "query")
         assert [p.key for p in problems] == [key]
 
     def test_zero_rate_means_unlimited_and_is_valid(self) -> None:
-        assert QuerySettings(rate_limit=0.0).problems() == []
+        assert QuerySettings(rate_limit=0.0).rate_limit == 0.0  # (an invalid one raises)
 
 
 class TestRefusalMetrics:

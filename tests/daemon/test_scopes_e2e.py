@@ -19,10 +19,12 @@ from typing import Any
 
 import msgpack
 from daemon_harness import DaemonProcess
+from waiting import wait_until
 
 from arenad.core.engine import Engine
 from arenad.core.params import ADRParams
 from arenad.daemon.history import Snapshots, rebuild_from_history
+from arenad.daemon.service import RECOMPUTE_FILE
 from arenad.daemon.state import Checkpoints
 from arenad.scopes import RESET_PRESETS, EventWindow, Exclusions, Rule, ScopeConfig, ScopeSet
 
@@ -158,8 +160,9 @@ def test_season_start_and_exclusion_survive_kill_9_and_equal_a_replay_without_th
         gone = d.query({"op": "get", "player": cheater})
         assert gone["ok"] is False and "unknown player" in gone["error"]
         assert d.metric("arenad_recomputes_total") == 1
-        # A crash right after: the recompute request or its checkpointed result survives.
-        time.sleep(1.0)
+        # A crash once the recomputed state is checkpointed (the daemon then drops the request file):
+        # the exclusion and its result survive.
+        wait_until(lambda: not (tmp_path / "state" / RECOMPUTE_FILE).exists(), "the result checkpointed")
         d.kill()
         d = DaemonProcess(tmp_path / "state", config=config).start()
         d.wait_for(lambda s: not s["recompute"]["running"] and s["journal_seq"] == len(events) + 2)
@@ -200,12 +203,12 @@ def test_recompute_under_live_load_loses_and_repeats_nothing(tmp_path: Path) -> 
         def send() -> None:
             for k in range(0, len(live), 50):
                 d.send_udp(msgpack.packb(live[k : k + 50]))
-                time.sleep(0.01)
+                time.sleep(0.01)  # the pace of the live load, not a synchronisation
             done.set()
 
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
-        time.sleep(0.1)
+        d.wait_for(lambda s: s["journal_seq"] > len(preload))  # the live load has begun
         runs: list[dict[str, Any]] = []
         while not done.is_set():  # recompute again and again while the live events come in
             asked = d.admin({"op": "recompute"})
@@ -246,7 +249,9 @@ def test_history_rebuild_full_and_from_a_snapshot_are_bit_identical(tmp_path: Pa
         for k in range(0, len(events), 500):
             d.send_events(events[k : k + 500])
             wait_applied(d, k + 500)
-            time.sleep(0.3)  # let checkpoints, snapshots and archiving happen in between
+            # A checkpoint in between (snapshots and archiving happen at checkpoints).
+            covered = k + 500
+            d.wait_for(lambda s: s["checkpoint_seq"] >= covered)  # noqa: B023 - used at once
         assert d.metric("arenad_archive_bytes") > 0
         assert d.stop() == 0
     finally:

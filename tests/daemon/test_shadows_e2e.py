@@ -281,7 +281,7 @@ class TestRestarts:
                 if not d.alive():
                     return
                 d.send_udp(msgpack.packb(evs[k : k + 25]))
-                time.sleep(0.002)
+                time.sleep(0.002)  # pacing: the stream is still flowing when the kill lands
 
         thread = threading.Thread(target=sender)
         thread.start()

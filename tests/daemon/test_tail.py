@@ -15,7 +15,8 @@ import pytest
 from daemon_harness import DaemonProcess
 
 from arenad.core.events import KillEvent
-from arenad.daemon.sources.tail import LogFollower, TailSpec
+from arenad.daemon.config_sources import TailSpec
+from arenad.daemon.sources.tail import LogFollower
 from arenad.daemon.types import Batch
 from arenad.feeds import builtin_feeds
 
@@ -32,7 +33,7 @@ async def follow(
     """Run a follower on ``path`` while ``actions`` (callables) change the file; stop after
     ``want`` kill events arrived (bounded by a timeout). Returns events, follower, last position."""
     queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=8)
-    spec = TailSpec("arenad", str(path), from_start=from_start)
+    spec = TailSpec(format="arenad", path=str(path), from_start=from_start)
     follower = LogFollower(spec, builtin_feeds()["arenad"].parser({}), queue, position, poll=0.02)
     stop = asyncio.Event()
     task = asyncio.create_task(follower.run(stop))
@@ -134,7 +135,7 @@ def _append_in_chunks(src: list[bytes], dst: Path, chunks: int) -> None:
     for k in range(0, len(src), step):
         with dst.open("ab") as f:
             f.write(b"".join(src[k : k + step]))
-        time.sleep(0.01)
+        time.sleep(0.01)  # pacing: a log that grows while it is followed, not a synchronisation
 
 
 def decided(stats: dict[str, Any]) -> int:

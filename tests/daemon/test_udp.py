@@ -9,7 +9,7 @@ from collections import Counter
 import msgpack
 
 from arenad.core.events import Reject, RejectReason
-from arenad.daemon.config import UdpSettings
+from arenad.daemon.config_sources import UdpSettings
 from arenad.daemon.sources.udp import UdpSource, open_udp
 from arenad.daemon.types import Batch
 

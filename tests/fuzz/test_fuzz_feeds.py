@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from arenad.core.engine import Engine
 from arenad.core.events import MAX_NAME_BYTES, KillEvent, PlacementEvent, Reject
-from arenad.daemon.sources.hl_udp import HlUdpSettings, HlUdpSource
+from arenad.daemon.config_sources import HlUdpSettings
+from arenad.daemon.sources.hl_udp import HlUdpSource
 from arenad.daemon.types import Batch
 from arenad.feeds import FeedItem, IdentityUpdate, MatchBoundary, NonKill
 

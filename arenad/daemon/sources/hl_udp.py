@@ -25,7 +25,6 @@ Secrets never live in the config file: each server names an environment variable
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 import time
 from collections import Counter
@@ -35,8 +34,9 @@ from typing import Any, Final
 
 from arenad_feeds.source import SourceFeed, SourceOptions, SourceParser, unframe_udp
 
-from arenad.core.events import MAX_NAME_BYTES, KillEvent, PlacementEvent, Reject, RejectReason
-from arenad.daemon.config import parse_hostport
+from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason
+from arenad.daemon.config import parse_hostport, validate
+from arenad.daemon.config_sources import HlServer, HlUdpSettings, normal_ip, parse_server_address
 from arenad.daemon.secrets import read_secret
 from arenad.daemon.types import Batch
 from arenad.errors import ConfigError, ConfigProblem
@@ -56,233 +56,38 @@ MAX_UNKNOWN_SENDERS: Final = 1024
 #: reason; past it a datagram's route is looked up afresh, which costs an ``ip_address`` parse.
 _ROUTE_CACHE_SIZE: Final = 4096
 
-_SERVER_KEYS: Final = ("name", "address", "secret_env", "secret_file")
-_SECTION_KEYS: Final = ("listen", "servers", "accept_unknown", "feed_options")
-
-
-def _off(text: str) -> bool:
-    return text.strip().lower() in ("", "off", "none", "false", "no", "0")
-
-
-def _normal_ip(host: str) -> str | None:
-    """The canonical text of an IP address (IPv4-mapped IPv6 as IPv4), or None if not an IP."""
-    try:
-        ip = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return None
-    # A dual-stack socket reports IPv4 senders as ::ffff:a.b.c.d; the config names them as IPv4.
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.compressed
-
-
-def parse_server_address(text: str) -> tuple[str, int | None]:
-    """``"10.0.0.5"``, ``"10.0.0.5:27015"``, ``"::1"`` or ``"[::1]:27015"`` -> (ip, port or None).
-
-    Only IP addresses: a datagram is matched by the address it comes from, and a host name
-    would have to be resolved (and could change) for that.
-    """
-    bare = _normal_ip(text.strip())
-    if bare is not None:
-        return bare, None
-    host, port = parse_hostport(text)
-    ip = _normal_ip(host)
-    if ip is None:
-        raise ValueError(f"{host!r} is not an IP address")
-    if not 1 <= port <= 65535:
-        raise ValueError(f"port {port} out of 1..65535")
-    return ip, port
-
 
 def sender_id(host: str, port: int) -> str:
     """The server id of an unlisted sender: ``host:port`` (``[v6]:port`` for IPv6)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-@dataclass(frozen=True, slots=True)
-class HlServer:
-    """One ``[[source_udp.servers]]`` entry: a game server allowed to send its log here."""
-
-    name: str  # the server id put on its kill events
-    address: str  # "HOST" (any source port) or "HOST:PORT" of the game server; IPs only
-    secret_env: str = ""  # environment variable holding its sv_logsecret
-    secret_file: str = ""  # or a file whose first line is the secret
-
-    def problems(self, key: str = f"{SOURCE}.servers[]") -> list[ConfigProblem]:
-        """Every bad field, named ``<key>.<field>`` (the section passes ``source_udp.servers[i]``)."""
-        out: list[ConfigProblem] = []
-        if not isinstance(self.name, str) or not self.name.strip():
-            out.append(ConfigProblem(f"{key}.name", self.name, "must be a non-empty string"))
-        elif len(self.name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-            out.append(ConfigProblem(f"{key}.name", self.name, f"longer than {MAX_NAME_BYTES} bytes"))
-        if not isinstance(self.address, str):
-            out.append(ConfigProblem(f"{key}.address", self.address, "must be a string"))
-        else:
-            try:
-                parse_server_address(self.address)
-            except ValueError as e:
-                out.append(ConfigProblem(f"{key}.address", self.address, f'must be "IP" or "IP:PORT" ({e})'))
-        for field_name in ("secret_env", "secret_file"):
-            value = getattr(self, field_name)
-            if not isinstance(value, str):
-                out.append(ConfigProblem(f"{key}.{field_name}", value, "must be a string"))
-        return out
+def feed_option_problems(options: Mapping[str, object]) -> list[ConfigProblem]:
+    """What the Source feed says of ``[source_udp.feed_options]``, each problem named
+    ``source_udp.feed_options.<option>``: the settings know only that it is a table, and refuse
+    ``server`` themselves (each server's id is its entry's name)."""
+    try:
+        SourceOptions.from_mapping({k: v for k, v in options.items() if k != "server"})
+    except ConfigError as e:
+        return [ConfigProblem(f"{SOURCE}.feed_options.{p.key}", p.value, p.message) for p in e.problems]
+    return []
 
 
-@dataclass(frozen=True, slots=True)
-class HlUdpSettings:
-    """``[source_udp]``: the Source-engine log receiver (off by default)."""
-
-    listen: str = "off"  # e.g. "127.0.0.1:27501"; "off" disables the receiver
-    servers: tuple[HlServer, ...] = ()
-    #: Parse datagrams from unlisted senders too, as server "host:port" with no secret.
-    accept_unknown: bool = False
-    #: Options of the Source feed parser (``bots``, ``ignore_team_kills``, ``timezone_offset``,
-    #: ``clock``, ``ids``) for every server, from the TOML table [source_udp.feed_options].
-    feed_options: tuple[tuple[str, object], ...] = ()
-
-    @property
-    def enabled(self) -> bool:
-        return isinstance(self.listen, str) and not _off(self.listen)
-
-    def problems(self) -> list[ConfigProblem]:
-        out: list[ConfigProblem] = []
-        if not isinstance(self.listen, str):
-            out.append(ConfigProblem(f"{SOURCE}.listen", self.listen, "must be a string"))
-        elif self.enabled:
-            try:
-                parse_hostport(self.listen)
-            except ValueError as e:
-                out.append(
-                    ConfigProblem(f"{SOURCE}.listen", self.listen, f'must be "HOST:PORT" or "off" ({e})')
-                )
-        if not isinstance(self.accept_unknown, bool):
-            out.append(
-                ConfigProblem(f"{SOURCE}.accept_unknown", self.accept_unknown, "must be true or false")
-            )
-        out.extend(self._server_problems())
-        out.extend(self._feed_option_problems())
-        return out
-
-    def _server_problems(self) -> list[ConfigProblem]:
-        out: list[ConfigProblem] = []
-        if not isinstance(self.servers, tuple):
-            return [ConfigProblem(f"{SOURCE}.servers", self.servers, "must be an array of tables")]
-        names: dict[str, int] = {}
-        addresses: dict[tuple[str, int | None], int] = {}
-        for i, server in enumerate(self.servers):
-            key = f"{SOURCE}.servers[{i}]"
-            if not isinstance(server, HlServer):
-                out.append(ConfigProblem(key, server, "must be a table"))
-                continue
-            mine = server.problems(key)
-            out.extend(mine)
-            if mine:
-                continue  # duplicates are only meaningful between valid entries
-            first = names.setdefault(server.name, i)
-            if first != i:
-                out.append(ConfigProblem(f"{key}.name", server.name, f"same name as servers[{first}]"))
-            where = parse_server_address(server.address)
-            first = addresses.setdefault(where, i)
-            if first != i:
-                out.append(
-                    ConfigProblem(f"{key}.address", server.address, f"same address as servers[{first}]")
-                )
-        if not self.servers and self.accept_unknown is False and self.enabled:
-            out.append(
-                ConfigProblem(
-                    f"{SOURCE}.servers",
-                    [],
-                    "no servers listed and accept_unknown is false: every datagram would be refused",
-                )
-            )
-        return out
-
-    def _feed_option_problems(self) -> list[ConfigProblem]:
-        key = f"{SOURCE}.feed_options"
-        if not isinstance(self.feed_options, tuple) or not all(
-            isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in self.feed_options
-        ):
-            return [ConfigProblem(key, self.feed_options, "must be a table of feed options")]
-        options = dict(self.feed_options)
-        out: list[ConfigProblem] = []
-        if "server" in options:
-            # The server id comes from each entry's name (or the sender's address).
-            out.append(
-                ConfigProblem(f"{key}.server", options.pop("server"), "set by source_udp.servers[].name")
-            )
-        try:
-            SourceOptions.from_mapping(options)
-        except ConfigError as e:
-            out.extend(ConfigProblem(f"{key}.{p.key}", p.value, p.message) for p in e.problems)
-        return out
-
-    def parser_options(self, server: str) -> dict[str, Any]:
-        """The Source feed options of one server's parser.
-
-        Kills get stable ids by default: a line that arrives twice (a server resending, a
-        duplicated datagram) is then refused as ``duplicate_id`` instead of rated twice.
-        """
-        return {"server": server, "ids": True, **dict(self.feed_options)}
+def source_udp_feed_options(document: Mapping[str, Any]) -> list[ConfigProblem]:
+    """``feed_option_problems`` of a whole TOML document (a check for ``load_settings``)."""
+    table = document.get(SOURCE, {})
+    options = table.get("feed_options", {}) if isinstance(table, Mapping) else {}
+    return feed_option_problems(options) if isinstance(options, Mapping) else []
 
 
 def hl_udp_from_mapping(data: Mapping[str, Any]) -> tuple[HlUdpSettings, list[ConfigProblem]]:
-    """``[source_udp]`` with its ``[[source_udp.servers]]`` from TOML; every problem is returned."""
-    problems: list[ConfigProblem] = []
-    kwargs: dict[str, Any] = {}
-    for key, raw in data.items():
-        if key not in _SECTION_KEYS:
-            problems.append(
-                ConfigProblem(f"{SOURCE}.{key}", raw, f"unknown key (known: {', '.join(_SECTION_KEYS)})")
-            )
-        elif key == "servers":
-            kwargs["servers"] = _servers_from(raw, problems)
-        elif key == "feed_options":
-            if isinstance(raw, Mapping):
-                kwargs["feed_options"] = tuple(raw.items())
-            else:
-                problems.append(ConfigProblem(f"{SOURCE}.feed_options", raw, "must be a table"))
-        else:
-            kwargs[key] = raw
-    settings = HlUdpSettings(**kwargs)
-    problems.extend(settings.problems())
-    return settings, problems
-
-
-def _servers_from(raw: object, problems: list[ConfigProblem]) -> tuple[HlServer, ...]:
-    if not isinstance(raw, list):
-        problems.append(
-            ConfigProblem(f"{SOURCE}.servers", raw, "must be an array of tables ([[source_udp.servers]])")
-        )
-        return ()
-    servers: list[HlServer] = []
-    for i, entry in enumerate(raw):
-        key = f"{SOURCE}.servers[{i}]"
-        if not isinstance(entry, Mapping):
-            problems.append(ConfigProblem(key, entry, "must be a table"))
-            continue
-        known: dict[str, Any] = {}
-        for k, v in entry.items():
-            if k in _SERVER_KEYS:
-                known[k] = v
-            elif k in ("secret", "logsecret", "sv_logsecret"):
-                problems.append(
-                    ConfigProblem(
-                        f"{key}.{k}",
-                        "<hidden>",
-                        "secrets never live in the config: use secret_env or secret_file",
-                    )
-                )
-            else:
-                problems.append(
-                    ConfigProblem(f"{key}.{k}", v, f"unknown key (known: {', '.join(_SERVER_KEYS)})")
-                )
-        missing = [k for k in ("name", "address") if k not in known]
-        for k in missing:
-            problems.append(ConfigProblem(f"{key}.{k}", None, "required"))
-        if not missing:
-            servers.append(HlServer(**known))
-    return tuple(servers)
+    """``[source_udp]`` with its ``[[source_udp.servers]]`` from TOML, and every problem, the
+    feed's own of ``feed_options`` included (the defaults when there is any problem)."""
+    settings, problems = validate(HlUdpSettings, data, SOURCE)
+    options = data.get("feed_options", {})
+    if isinstance(options, Mapping):
+        problems.extend(feed_option_problems(options))
+    return (settings if settings is not None and not problems else HlUdpSettings()), problems
 
 
 def load_secret(server: HlServer, key: str = f"{SOURCE}.servers[]") -> str | None:
@@ -372,7 +177,7 @@ class HlUdpSource(asyncio.DatagramProtocol):
         return route
 
     def _lookup(self, raw_host: str, port: int) -> _Route | Reject:
-        host = _normal_ip(raw_host) or raw_host
+        host = normal_ip(raw_host) or raw_host
         route = self._exact.get((host, port)) or self._by_host.get(host)
         if route is not None:
             return route

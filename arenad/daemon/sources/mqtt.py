@@ -1,8 +1,8 @@
 """MQTT source: QoS 1 kill events from a persistent session, acknowledged only once journaled.
 
-One connection at a time, built by ``run_mqtt``'s reconnect loop (exponential backoff with jitter,
-as aiomqtt documents it). Each PUBLISH becomes one ``Batch`` on the engine's bounded queue; the
-batch's ``done`` sends the PUBACK for exactly that message.
+One connection at a time, kept up by ``run_mqtt`` with ``arenad.daemon.reconnect`` (exponential
+backoff with jitter, as aiomqtt documents it). Each PUBLISH becomes one ``Batch`` on the engine's
+bounded queue; the batch's ``done`` sends the PUBACK for exactly that message.
 
 Why PUBACK waits for ``Batch.done`` (and how, with aiomqtt 2.5):
     aiomqtt 2.5 leaves acknowledgement to paho, and paho sends the PUBACK as soon as its
@@ -46,10 +46,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import random
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -61,7 +60,8 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason
-from arenad.daemon.config import MqttSettings
+from arenad.daemon.config_sources import BrokerSettings, MqttSettings
+from arenad.daemon.reconnect import Backoff, Failure, reconnecting
 from arenad.daemon.secrets import read_secret
 from arenad.daemon.types import Batch
 from arenad.decode import decode_json_line, decode_msgpack, looks_like_json
@@ -156,7 +156,7 @@ def payload_mode(topic: str, settings: MqttSettings) -> str:
     """The payload format for ``topic``: the first matching ``payload_by_topic`` filter's, else
     ``settings.payload``."""
     levels = topic.split("/")
-    for topic_filter, mode in settings.payload_by_topic:
+    for topic_filter, mode in settings.payload_by_topic.items():
         if _match(topic_filter.split("/"), levels) is not _NO_MATCH:
             return mode
     return settings.payload
@@ -180,19 +180,20 @@ def server_id_from_topic(topic: str, filters: Sequence[str]) -> str | None:
     return None
 
 
-def broker_address(settings: MqttSettings) -> tuple[str, int, bool]:
+def broker_address(settings: BrokerSettings) -> tuple[str, int, bool]:
     """``(host, port, tls)`` from ``settings.url``; mqtts:// (or ssl://) means TLS."""
+    key = settings.key("url")
     try:
         parts = urlsplit(settings.url)
         port = parts.port
     except ValueError as e:
-        raise ConfigError([ConfigProblem("mqtt.url", settings.url, str(e))]) from e
+        raise ConfigError([ConfigProblem(key, settings.url, str(e))]) from e
     if parts.scheme not in _PORTS or not parts.hostname:
-        raise ConfigError([ConfigProblem("mqtt.url", settings.url, "must be mqtt://HOST[:PORT] or mqtts://")])
+        raise ConfigError([ConfigProblem(key, settings.url, "must be mqtt://HOST[:PORT] or mqtts://")])
     return parts.hostname, port or _PORTS[parts.scheme], parts.scheme in _TLS_SCHEMES
 
 
-def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
+def tls_context(settings: BrokerSettings) -> ssl.SSLContext | None:
     """The TLS context for an mqtts:// URL (``None`` for plain mqtt://), built from ``tls_*``.
 
     Built once, before connecting, so a missing or bad certificate file is a ``ConfigError``
@@ -204,14 +205,14 @@ def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
         # CERT_REQUIRED with hostname checks; the system store unless a CA bundle is named.
         ctx = ssl.create_default_context(cafile=settings.tls_ca or None)
     except (OSError, ValueError) as e:
-        raise ConfigError([ConfigProblem("mqtt.tls_ca", settings.tls_ca, f"cannot load: {e}")]) from e
-    if settings.tls_cert:
+        problem = ConfigProblem(settings.key("tls_ca"), settings.tls_ca, f"cannot load: {e}")
+        raise ConfigError([problem]) from e
+    if settings.tls_cert:  # (a tls_key without it is refused by the settings)
         try:
             ctx.load_cert_chain(settings.tls_cert, settings.tls_key or None)
         except (OSError, ValueError) as e:
-            raise ConfigError([ConfigProblem("mqtt.tls_cert", settings.tls_cert, f"cannot load: {e}")]) from e
-    elif settings.tls_key:
-        raise ConfigError([ConfigProblem("mqtt.tls_key", settings.tls_key, "needs mqtt.tls_cert")])
+            problem = ConfigProblem(settings.key("tls_cert"), settings.tls_cert, f"cannot load: {e}")
+            raise ConfigError([problem]) from e
     if settings.tls_insecure:
         ctx.check_hostname = False  # the chain is still verified; only the name is not
     ctx.sslsocket_class = _ClosingSSLSocket
@@ -234,26 +235,18 @@ class _ClosingSSLSocket(ssl.SSLSocket):
             raise
 
 
-def load_password(settings: MqttSettings) -> str | None:
+def load_password(settings: BrokerSettings) -> str | None:
     """The broker password from ``password_env`` (first) or ``password_file``; ``None`` if neither.
 
     Secrets never live in the config file, only where it points. A named source that is missing
     or empty is a ``ConfigError``: connecting without the password would only fail later, slower.
     """
     return read_secret(
-        settings.password_env, settings.password_file, "mqtt.password_env", "mqtt.password_file"
+        settings.password_env,
+        settings.password_file,
+        settings.key("password_env"),
+        settings.key("password_file"),
     )
-
-
-def backoff_delay(settings: MqttSettings, failures: int, rng: random.Random | None = None) -> float:
-    """Seconds to wait after ``failures`` consecutive failures (0 = the first).
-
-    The ceiling doubles from ``reconnect_min`` up to ``reconnect_max``; the delay is drawn uniformly
-    between ``reconnect_min`` and that ceiling ("full jitter", floored at ``reconnect_min`` so that
-    many daemons behind one broker spread out without any of them spinning).
-    """
-    ceiling = min(settings.reconnect_max, settings.reconnect_min * 2.0 ** min(failures, 62))
-    return (rng or random).uniform(settings.reconnect_min, ceiling)
 
 
 # ---------------------------------------------------------------------------- the connection
@@ -440,9 +433,12 @@ async def _session(
     status: MqttStatus,
     stop_waiter: asyncio.Future[Any],
     *,
+    connected: Callable[[], None],
     ack_grace: float,
 ) -> None:
-    """One connection: subscribe, pump, and on stop give journaled batches a moment to be acked."""
+    """One connection: subscribe, pump, and on stop give journaled batches a moment to be acked.
+
+    ``connected`` is called once subscribed (the reconnect loop's backoff starts over)."""
     async with client:
         conn = _Connection(client)
         try:
@@ -454,6 +450,7 @@ async def _session(
                 log.warning("mqtt_session_lost", client_id=settings.client_id)
             status.connected = True
             status.connects += 1
+            connected()
             status.mark_up(time.monotonic())
             log.info(
                 "mqtt_connected",
@@ -502,40 +499,33 @@ async def run_mqtt(
     host, port, _ = broker_address(settings)
     tls = tls_context(settings)
     stop_waiter = asyncio.ensure_future(stop.wait())
-    failures = 0
+
+    async def connect_once(connected: Callable[[], None]) -> None:
+        client = _ManualAckClient(
+            host,
+            port,
+            identifier=settings.client_id,
+            keepalive=settings.keepalive,
+            username=settings.username or None,
+            password=password if settings.username else None,
+            tls_context=tls,
+        )
+        await _session(settings, client, queue, status, stop_waiter, connected=connected, ack_grace=ack_grace)
+        log.info("mqtt_disconnected", reason="stop")
+
+    def on_failure(failure: Failure) -> None:
+        status.last_error = failure.error
+        if not failure.expected:  # a bug or a library surprise: log it, and the daemon goes on
+            log.exception("mqtt_source_failed")
+        if failure.connected:
+            log.warning("mqtt_disconnected", reason=status.last_error)
+        else:
+            log.warning("mqtt_connect_failed", error=status.last_error, retry_in=round(failure.retry_in, 3))
+
     status.mark_down(time.monotonic())  # not connected yet: the outage metric counts from here
     try:
-        while not stop.is_set():
-            client = _ManualAckClient(
-                host,
-                port,
-                identifier=settings.client_id,
-                keepalive=settings.keepalive,
-                username=settings.username or None,
-                password=password if settings.username else None,
-                tls_context=tls,
-            )
-            connects_before = status.connects
-            try:
-                await _session(settings, client, queue, status, stop_waiter, ack_grace=ack_grace)
-                log.info("mqtt_disconnected", reason="stop")
-                return
-            except aiomqtt.MqttError as e:
-                status.last_error = str(e) or type(e).__name__
-            except Exception as e:  # a bug or a library surprise: log it, and the daemon goes on
-                status.last_error = f"{type(e).__name__}: {e}"
-                log.exception("mqtt_source_failed")
-            if status.connects > connects_before:
-                failures = 0  # it had connected: start the backoff over
-                log.warning("mqtt_disconnected", reason=status.last_error)
-            delay = backoff_delay(settings, failures)
-            if status.connects == connects_before:
-                log.warning("mqtt_connect_failed", error=status.last_error, retry_in=round(delay, 3))
-            failures += 1
-            # Back off, but wake up at once for stop.
-            if await _first(asyncio.ensure_future(asyncio.sleep(delay)), stop_waiter):
-                continue
-            return
+        backoff = Backoff(settings.reconnect_min, settings.reconnect_max)
+        await reconnecting(connect_once, stop, backoff, on_failure, expected=(aiomqtt.MqttError,))
     finally:
         stop_waiter.cancel()
         status.connected = False

@@ -32,6 +32,7 @@ from typing import Any
 import structlog
 
 from arenad.core.events import KillEvent, PlacementEvent, Reject
+from arenad.daemon.config_sources import TailSpec
 from arenad.daemon.types import Batch
 from arenad.feeds import FeedParser, NonKill
 
@@ -40,22 +41,6 @@ log = structlog.get_logger("arenad.tail")
 CHUNK = 256 * 1024
 #: Lines parsed between two yields to the event loop.
 LINES_PER_SLICE = 200
-
-
-@dataclass(frozen=True, slots=True)
-class TailSpec:
-    """One followed file: ``[[tail]]`` in the config or ``--tail FORMAT:PATH``."""
-
-    format: str
-    path: str
-    server: str | None = None
-    from_start: bool = False  # on the very first start: read the existing file, or only what comes
-    options: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def key(self) -> str:
-        """The name of this source in metrics, positions and logs."""
-        return f"tail:{self.path}"
 
 
 @dataclass(slots=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import os
 import socket
 import time
 from collections import Counter
@@ -35,10 +34,12 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from arenad.auth import AuthReason, AuthReject, Verifier, is_signed, parse_key
 from arenad.core.events import Reject, RejectReason
-from arenad.daemon.config import UdpSettings, parse_hostport
+from arenad.daemon.config import parse_hostport
+from arenad.daemon.config_sources import UdpSettings
 from arenad.daemon.secrets import read_secret
 from arenad.daemon.types import Batch
 from arenad.errors import ConfigError, ConfigProblem
+from arenad.fileio import write_atomic
 
 log = structlog.get_logger("arenad.udp")
 
@@ -64,7 +65,7 @@ def load_udp_keys(settings: UdpSettings) -> dict[str, bytes]:
         except ConfigError as e:
             problems.extend(e.problems)
             continue
-        if secret is None:  # pragma: no cover - UdpSettings.problems() requires one of them
+        if secret is None:  # pragma: no cover - UdpKey requires one of them
             continue
         try:
             keys[spec.id] = parse_key(secret)
@@ -215,19 +216,13 @@ class UdpSource(asyncio.DatagramProtocol):
         self._save_replay_state(clean=False, force=True)
 
     def _save_replay_state(self, *, clean: bool, force: bool = False) -> None:
-        """Write the replay state atomically (tmp + rename); fsync only for the clean copy."""
+        """Write the replay state atomically; fsync (file and directory) only for the clean copy."""
         if self.replay_path is None or self.verifier is None or not (self._replay_dirty or clean or force):
             return
         path = self.replay_path
-        tmp = path.with_name(path.name + ".tmp")
         body = json.dumps({"clean": clean, "keys": self.verifier.export_state()}, sort_keys=True).encode()
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(body)
-                if clean:
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            write_atomic(path, body, sync=clean)
         except OSError as e:
             if not self._replay_failing:
                 log.error("udp_replay_state_write_failed", path=str(path), error=str(e))
