@@ -89,6 +89,9 @@ def test_each_scope_equals_an_offline_replay_of_its_own_events(tmp_path: Path) -
     try:
         d.send_events(events)
         wait_applied(d, len(events))
+        # Journaled is not yet applied: an engine step yields to queries at its slice ends, so
+        # the ladder read below waits for the engine's own count of every kill as well.
+        d.wait_for(lambda s: s["applied"] + s["filtered"] >= len(events), 60.0)
         scopes = {row["scope"] for row in d.query({"op": "scopes"})["scopes"]}
         assert scopes == {"global", "server:eu-1", "server:eu-2", "server:us-1", "event:cup"}
         eu1 = d.ladder("server:eu-1")
