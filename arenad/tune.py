@@ -10,7 +10,7 @@ Three parts, each usable alone:
 
 * the search (:func:`search`): grid, random or Nelder–Mead over a box of parameters, a pure
   function of a ``score(config) -> Scores`` callable, so it is tested with toy objectives;
-* one configuration's objective (:func:`score_config`), the part a batch fast path replaces;
+* one configuration's objective (:func:`score_config`), through the batched C path;
 * the constraints (:func:`scenario_measures`, :func:`baseline_farming`) and the ``[adr]``
   section written for the chosen configuration (:func:`adr_section`).
 
@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from arenad.core.params import ADRParams
 from arenad.errors import ConfigError, ConfigProblem
-from arenad.evaluation.fast import walk_forward_adr
+from arenad.evaluation.fast import Columns, columns, walk_forward_adr
 from arenad.evaluation.scenarios import ScenarioWatch
 from arenad.evaluation.tiers import TierRules
 from arenad.evaluation.walkforward import StreamEvent, replay, score
@@ -356,7 +356,7 @@ def best(trials: Sequence[Trial]) -> Trial | None:
 # The objective of one configuration, through the batch path of the C kernel
 # (arenad.evaluation.fast: the harness's predictions, bit for bit, tests/evaluation/test_fast.py).
 def score_config(
-    params: ADRParams, events: Sequence[StreamEvent], block: int, test_every: int, seed: int
+    params: ADRParams, events: Sequence[StreamEvent] | Columns, block: int, test_every: int, seed: int
 ) -> dict[str, float]:
     """Walk-forward scores of ADR with ``params`` on ``events`` (§10.5): ``heldout_log_loss``
     (the objective), ``heldout_ece``, ``heldout_auc``, ``heldout_n``, the other ``heldout_*``
@@ -473,12 +473,14 @@ def scorer(
     """The ``score`` a search calls: the base with the configuration's keys, then
     :func:`score_config` on ``events`` and :func:`scenario_measures` on ``stream``."""
 
+    cols = columns(events)  # split once: every configuration reads the same stream
+
     def score(config: Config) -> Scores:
         try:
             params = with_base(base, config)
         except ConfigError as e:
             return refused("; ".join(f"{p.key}: {p.message}" for p in e.problems))
-        values = score_config(params, events, block, test_every, seed)
+        values = score_config(params, cols, block, test_every, seed)
         values.update(scenario_measures(params, stream))
         return judge(values["heldout_log_loss"], values, limits.constraints(params))
 

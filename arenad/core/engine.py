@@ -947,7 +947,7 @@ class Engine:
         changes = []
         for i, sign in ((a, 1.0), (b, -1.0)):
             sg = s[i]
-            eta = p.eta_min + (p.eta_max - p.eta_min) * (2.0 * sg * p.sigma_peak) / (sg * sg + k["speak2"])
+            eta = k["eta_min"] + k["span"] * (2.0 * sg * k["speak"]) / (sg * sg + k["speak2"])
             d = sign * weight * eta * surprise
             d = dmax if d > dmax else -dmax if d < -dmax else d
             new = r[i] + d
@@ -1302,13 +1302,24 @@ class Engine:
         r[idle] = new_r
         sig[idle] = new_s
         last[idle] = now
+        # The display by _redisplay's rule, for all swept players at once: bounded while
+        # returning or catching up (display_cap), else mu - 3 sigma exactly.
+        disp = np.frombuffer(self._disp, dtype=np.float64)
+        target = new_r - DISPLAY_K * new_s
+        if p.display_cap:
+            shown = disp[idle]
+            returning = np.frombuffer(self._ret, dtype=np.int64)[idle] != 0
+            bounded = returning | (shown != old_r - DISPLAY_K * old_s)
+            step = np.clip(target - shown, -p.delta_max, p.delta_max)
+            target = np.where(bounded, shown + step, target)
+        disp[idle] = target
         changed = new_r != old_r
         self._sum_r_all += float(np.sum(new_r - old_r))
         self._sum_sigma += float(np.sum(new_s - old_s))
         act = np.frombuffer(self._active, dtype=np.uint8)[idle].astype(bool)
         if act.any():
             self._sum_r_active += float(np.sum(new_r[act] - old_r[act]))
-        del r, sig, last, count  # release the buffers: the columns must stay resizable
+        del r, sig, last, count, disp  # release the buffers: the columns must stay resizable
         moved_ids = idle[changed].tolist()
         moved_old = old_r[changed].tolist()
         rr = self._r
@@ -1318,8 +1329,6 @@ class Engine:
             move = self._ladder.move
             for i, old in zip(moved_ids, moved_old, strict=True):
                 move(-old, -rr[i], i)
-        for i, r_was, s_was in zip(idle.tolist(), old_r.tolist(), old_s.tolist(), strict=True):
-            self._redisplay(i, r_was - DISPLAY_K * s_was)
         tier = self._tier
         bounds = self._bounds
         for i in moved_ids:
@@ -1652,7 +1661,7 @@ class Engine:
         """§3.1 P(i kills j) from stored ratings, the current D(t), the link and the online
         calibration multiplier (docs/adr.md)."""
         d = self.params.theta + self.params.lambda_ * self.mean_sigma
-        return calibrated(self._cal, (self._r[i] - self._r[j]) / d, self._kc["logistic"])[0]
+        return link_p(self._cal * ((self._r[i] - self._r[j]) / d), self._kc["logistic"])
 
     @property
     def mean_sigma(self) -> float:
