@@ -40,7 +40,7 @@ sorted set on the local Redis, spoken to in RESP over a plain socket (no client 
 * **restart**: a state directory built in a fresh interpreter with arenad's own writers: a
   ``Daemon`` (arenad.daemon.service) whose global engine is warmed up with every player
   (bench.core.warm_up), its checkpoint written by ``Daemon.checkpoints.write(seq,
-  Daemon._checkpoint_payload())``, then a journal tail of ``tail`` kills of the server-network
+  LiveState.checkpoint_payload())``, then a journal tail of ``tail`` kills of the server-network
   stream (each with a server and an event id, as game servers send) appended through
   ``Journal.append`` in chunks of 64 and fsynced. Then a real ``python -m arenad run`` on it:
   seconds from ``Popen`` until ``/healthz`` answers 200 (polled every 10 ms), with the daemon's
@@ -1035,9 +1035,9 @@ def build_restart_state(*, state_dir: str, players: int, tail: int, seed: int) -
     engine = daemon.engine
     warm_up(engine, work)
     seq = len(work.warm_t)
-    daemon.seq = seq
-    daemon.applied = engine.applied
-    ckpt = daemon.checkpoints.write(seq, daemon._checkpoint_payload())
+    daemon.state.seq = seq
+    daemon.state.applied = engine.applied
+    ckpt = daemon.store.checkpoints.write(seq, daemon.state.checkpoint_payload(daemon.models.export_state()))
     journal = Journal(Path(state_dir))
     journal.open_segment(seq + 1)
     chunk: list[Record] = []

@@ -15,10 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).parents[1]
 PACKAGE = ROOT / "arenad"
 
-#: Circles that exist today and are scheduled to go: each pair is (importer, imported) both ways.
-#: The admin handler holds the daemon object and the daemon builds the admin handler; issue 15
-#: item 4 hands admin narrow ports instead and removes this pair.
-KNOWN_CIRCLES = {frozenset({"arenad.daemon.admin", "arenad.daemon.service"})}
+#: The daemon's rooms and who may import them: the protocol modules (admin, query, the sources)
+#: are handed ports, never the daemon, so none of them imports ``arenad.daemon.service``.
+ROOMS = ("pipeline", "recovery", "recompute", "live", "statedir", "applier")
 
 
 def module_name(path: Path) -> str:
@@ -109,20 +108,33 @@ SETTINGS_MODULES = sorted(n for n in MODULES if n.startswith(("arenad.settings",
 
 
 class TestImportGraph:
-    """No module of arenad imports itself back, but for the one listed, scheduled pair."""
+    """No module of arenad imports itself back."""
 
     def test_the_walker_sees_the_imports(self) -> None:
         assert "arenad.daemon.config" in GRAPH["arenad.settings"]
-        assert "arenad.daemon.service" in GRAPH["arenad.daemon.admin"]  # the known pair, both ways
         assert "arenad.daemon.admin" in GRAPH["arenad.daemon.service"]
+        assert "arenad.daemon.pipeline" in GRAPH["arenad.daemon.recovery"]
 
-    def test_no_circles_but_the_known_one(self) -> None:
-        found = [frozenset(c) for c in circles()]
-        assert [c for c in found if c not in KNOWN_CIRCLES] == []
+    def test_the_walker_finds_a_circle(self) -> None:
+        """The search itself: a circle added to a copy of the graph is found."""
+        GRAPH["arenad.daemon.live"].add("arenad.daemon.service")
+        try:
+            assert any({"arenad.daemon.live", "arenad.daemon.service"} <= c for c in circles())
+        finally:
+            GRAPH["arenad.daemon.live"].discard("arenad.daemon.service")
 
-    def test_the_known_circle_is_still_there(self) -> None:
-        """When issue 15 item 4 removes it, this fails: then empty KNOWN_CIRCLES."""
-        assert {frozenset(c) for c in circles()} >= KNOWN_CIRCLES
+    def test_no_circles(self) -> None:
+        assert circles() == []
+
+    def test_only_the_cli_imports_the_daemon(self) -> None:
+        """The rooms and the protocol modules are handed ports: only the wiring's callers import it."""
+        importers = sorted(n for n, deps in GRAPH.items() if "arenad.daemon.service" in deps)
+        assert importers == ["arenad.cli"]
+
+    def test_the_rooms_do_not_import_the_servers(self) -> None:
+        for room in ROOMS:
+            deps = reachable(f"arenad.daemon.{room}")
+            assert not deps & {"arenad.daemon.admin", "arenad.daemon.query", "arenad.daemon.service"}, room
 
 
 class TestSettingsLayer:

@@ -27,18 +27,14 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
 from arenad.daemon.config import parse_hostport
-from arenad.daemon.history import first_match_time
-from arenad.daemon.types import Batch, ControlRequest
+from arenad.daemon.types import ControlRequest
 from arenad.errors import ArenadError
-from arenad.scopes import NAME_PATTERN, RESET_PRESETS, Exclusions, Reset, Rule
-
-if TYPE_CHECKING:
-    from arenad.daemon.service import Daemon
+from arenad.scopes import NAME_PATTERN, RESET_PRESETS, Reset, Rule, ScopeSet
 
 log = structlog.get_logger("arenad.admin")
 
@@ -92,10 +88,41 @@ def _str(req: dict[str, Any], key: str, *, required: bool = False) -> str | None
     return v
 
 
-class AdminHandler:
-    """Answers admin requests against a running daemon."""
+class AdminPort(Protocol):
+    """What the admin operations may see and do in a running daemon (``service.py`` implements
+    it over the daemon's rooms): read the scopes, journal a control record through the engine
+    task, scan history, ask for a recompute. Nothing else of the daemon is reachable from here."""
 
-    def __init__(self, daemon: Daemon, reload: Callable[[], list[str]] | None = None) -> None:
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def scopes(self) -> ScopeSet: ...
+
+    @property
+    def excluded(self) -> int: ...
+
+    def control_time(self) -> float:
+        """The event time a control record journaled now gets (never before the ladder's clock)."""
+        ...
+
+    async def journal_control(self, request: ControlRequest) -> None:
+        """Journal ``request`` through the engine task; returns once it is applied (its ``seq`` set)."""
+        ...
+
+    async def first_match_time(self, rule: Rule, upto: int) -> float | None:
+        """Event time of the first record in history up to ``upto`` that ``rule`` matches."""
+        ...
+
+    def request_recompute(self, scope: str | None, from_t: float | None, reason: str) -> dict[str, Any]: ...
+
+    def recompute_status(self) -> dict[str, Any]: ...
+
+
+class AdminHandler:
+    """Answers admin requests through an ``AdminPort``."""
+
+    def __init__(self, daemon: AdminPort, reload: Callable[[], list[str]] | None = None) -> None:
         self.daemon = daemon
         self._reload = reload
         self._lock = asyncio.Lock()  # one mutating operation at a time (rule ids, season names)
@@ -134,22 +161,10 @@ class AdminHandler:
     async def _journal(self, op: str, args: dict[str, Any]) -> int:
         """Journal a control record through the engine task; its sequence number once applied."""
         d = self.daemon
-        if d.stop.is_set():
+        if d.stopping:
             raise AdminError("the daemon is stopping")
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        req = ControlRequest(
-            op,
-            args,
-            t=max(d.engine.clock, d.clock.now()),  # -inf before the first event
-        )
-
-        def finished() -> None:
-            if not done.done():
-                done.set_result(None)
-
-        await d.queue.put(Batch(source="admin", items=[], done=finished, control=req))
-        await done
+        req = ControlRequest(op, args, t=d.control_time())
+        await d.journal_control(req)
         return req.seq
 
     async def _op_season_start(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -158,11 +173,11 @@ class AdminHandler:
         assert name is not None
         if not NAME_PATTERN.match(name):
             raise AdminError("season name must be 1-64 letters, digits, '.', '_' or '-'")
-        if not d.scope_config.on("season"):
+        if not d.scopes.config.on("season"):
             raise AdminError('seasons are not enabled: add "season" to [scopes] kinds')
         preset = req.get("reset")
         if preset is None:
-            reset = d.scope_config.season_reset
+            reset = d.scopes.config.season_reset
         elif preset == "custom":
             reset = Reset(float(req.get("alpha", 1.0)), float(req.get("lambda", 0.0)))
         elif preset in RESET_PRESETS:
@@ -227,10 +242,7 @@ class AdminHandler:
         if rule.player is None:
             from_t: float | None = rule.start
         else:
-            async with d.history_lock:  # no segment is archived away while the scan reads
-                from_t = await asyncio.to_thread(
-                    first_match_time, d.state_dir, Exclusions([rule]), upto, d.archive_reader()
-                )
+            from_t = await d.first_match_time(rule, upto)
             if from_t is None:
                 return None  # the player never played: nothing to recompute
         return d.request_recompute(
@@ -255,7 +267,7 @@ class AdminHandler:
         return {"recompute": d.request_recompute(key, from_t, "admin")}
 
     async def _op_recompute_status(self, req: dict[str, Any]) -> dict[str, Any]:
-        return {"recompute": self.daemon.recompute.as_dict()}
+        return {"recompute": self.daemon.recompute_status()}
 
     async def _op_scopes(self, req: dict[str, Any]) -> dict[str, Any]:
         d = self.daemon

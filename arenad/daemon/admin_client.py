@@ -220,7 +220,7 @@ def _exchange(args: argparse.Namespace, req: dict[str, Any]) -> dict[str, Any]:
 
 def _offline_recompute(args: argparse.Namespace) -> int:
     """Rebuild a stopped daemon's state from its history and write it as the newest checkpoint."""
-    from arenad.daemon.service import offline_recompute  # noqa: PLC0415 - the daemon's imports
+    from arenad.daemon.recovery import offline_recompute  # noqa: PLC0415 - the daemon's imports
 
     settings = load_settings(args.config)
     report = offline_recompute(settings, scope=args.scope, from_t=args.start)

@@ -12,7 +12,7 @@ what its driver must do before it goes on:
 * ``SliceEnd(upto)``: with ``slice_events``, about that many events of work are done;
   ``records[:upto]`` are applied (the live daemon lets queries and the shadows run here).
 
-Drivers: the live daemon (``Daemon._apply``, asynchronously: the recalibration plan in a worker
+Drivers: the live daemon (``Pipeline.apply``, asynchronously: the recalibration plan in a worker
 thread, a yield at slice ends), and synchronously ``apply_all``: recovery from the journal, the
 recompute's catch-up, history rebuild (``history.rebuild``, ``arenad recompute --offline``) and
 ``arenad replay --scope`` (``replay.replay_scoped``). So live = recovery = rebuild = replay holds

@@ -50,7 +50,7 @@ QUERY_BUCKETS = (
     0.5,
     1.0,
 )
-# Events per engine step: one datagram's worth up to MAX_STEP_EVENTS (service.py).
+# Events per engine step: one datagram's worth up to MAX_STEP_EVENTS (pipeline.py).
 STEP_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2000, 4096)
 # A checkpoint writes every player: milliseconds for a small ladder, tens of seconds for millions.
 CHECKPOINT_BUCKETS = (1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

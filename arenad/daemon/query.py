@@ -736,9 +736,12 @@ class _QueryConnection(asyncio.Protocol):
         pending = self._pending
         loop = self._loop
         slice_start = loop.time()
+        answered = 0
         try:
             while pending and not self._write_paused:
-                if loop.time() - slice_start > _SLICE:
+                # At least one request per turn: a slow turn (a collection, a busy machine)
+                # still makes progress.
+                if answered and loop.time() - slice_start > _SLICE:
                     # A client pipelining expensive requests must not hold the loop (and so the
                     # engine task) for longer than a slice: the rest waits for the next turn.
                     self._pause_reading()
@@ -758,6 +761,7 @@ class _QueryConnection(asyncio.Protocol):
                     # this same loop, so it cannot change while one request is being answered.
                     reply = handler.handle_line(line)
                 transport.write(reply)
+                answered += 1
         except Exception as e:  # a bug here ends this connection only, and is logged once
             handler.internal_error("connection", e)
             self.close()

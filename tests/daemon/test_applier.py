@@ -1,7 +1,7 @@
 """The record applier (``arenad/daemon/applier.py``): its commands, and its four drivers agreeing.
 
 The four-drivers test feeds one stream holding every record kind through the live daemon's
-engine step (``Daemon._commit``: journal, fsync, ``_apply``), recovery from that journal (no
+engine step (``Pipeline.commit``: journal, fsync, ``apply``), recovery from that journal (no
 checkpoint was written: as after ``kill -9``), history rebuild (``rebuild_from_history`` and
 ``arenad recompute --offline``) and ``arenad replay --scope`` (``replay_scoped``), and requires
 byte-identical scope states (``ScopeSet.export_state`` through msgpack, every engine's columns
@@ -25,7 +25,9 @@ from arenad.core.events import KillEvent, PlacementEvent
 from arenad.core.params import ADRParams
 from arenad.daemon.applier import Applier, Rated, RecalibrationDue, SliceEnd
 from arenad.daemon.history import rebuild_from_history
-from arenad.daemon.service import Daemon, offline_recompute
+from arenad.daemon.live import LiveState
+from arenad.daemon.recovery import offline_recompute
+from arenad.daemon.service import Daemon
 from arenad.daemon.state import Checkpoints, ControlRecord, JournalRecord, PlacementRecord, StateError
 from arenad.replay import replay_scoped
 from arenad.scopes import Exclusions, Rule, ScopeConfig, ScopeSet
@@ -131,32 +133,33 @@ def events_of(records: list[JournalRecord]) -> list[Any]:
     return out
 
 
-def live(settings: Settings, records: list[JournalRecord]) -> Daemon:
+def live(settings: Settings, records: list[JournalRecord]) -> LiveState:
     """The daemon's engine step over ``records`` in steps of varied size; no checkpoint."""
     d = Daemon(settings)
     d.recover()
-    d.journal.open_segment(d.seq + 1)
+    journal = d.store.journal
+    journal.open_segment(d.state.seq + 1)
     rng = random.Random(3)
 
     async def steps() -> None:
         k = 0
         while k < len(records):
             n = rng.choice((1, 7, 64, 500))
-            assert await d._commit(list(records[k : k + n]), [], d.journal.size)
+            assert await d.pipeline.commit(list(records[k : k + n]), [], journal.size)
             k += n
 
     try:
         asyncio.run(steps())
     finally:
-        d.journal.close()
-    return d
+        journal.close()
+    return d.state
 
 
-def recovered(settings: Settings) -> Daemon:
+def recovered(settings: Settings) -> LiveState:
     d = Daemon(settings)
     d.recover()
-    d.journal.close()
-    return d
+    d.store.journal.close()
+    return d.state
 
 
 def four_drivers(tmp_path: Path, records: list[JournalRecord], kinds: str) -> dict[str, bytes]:

@@ -1,5 +1,6 @@
-"""The batch ingest path (decode_msgpack_rows, Intake.check_rows, encode_chunk, Daemon._process)
-against the per-event reference it replaced: decode_msgpack, Intake.check and the row builder."""
+"""The batch ingest path (decode_msgpack_rows, Intake.check_rows, encode_chunk; the pipeline's
+step in test_pipeline.py) against the per-event reference it replaced: decode_msgpack,
+Intake.check and the row builder."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rooms import Rooms, build
 
 from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.daemon.config import DaemonSettings
 from arenad.daemon.intake import Intake
-from arenad.daemon.service import Daemon
 from arenad.daemon.state import (
     _RECORD_HEAD,
     ControlRecord,
@@ -31,7 +32,6 @@ from arenad.daemon.state import (
 )
 from arenad.daemon.types import Batch
 from arenad.decode import DecodedRow, decode_msgpack, decode_msgpack_rows
-from arenad.settings import Settings
 
 NOW = 1_800_000_000.0
 
@@ -133,7 +133,7 @@ def reference(
     now: float,
     seq: int,
 ) -> tuple[int, list[JournalRecord], list[Reject]]:
-    """What Daemon._process did per item before check_rows."""
+    """What the engine step did per item before check_rows."""
     records: list[JournalRecord] = []
     rejects: list[Reject] = []
     for item in items:
@@ -259,24 +259,24 @@ def datagrams(now: float) -> list[bytes]:
     ]
 
 
-def new_daemon(state: Path) -> Daemon:
-    d = Daemon(Settings(daemon=DaemonSettings(state_dir=str(state))))
-    d.recover()
-    d.journal.open_segment(d.seq + 1)
-    return d
+def new_pipeline(state: Path) -> Rooms:
+    r = build(state)
+    r.recover()
+    return r
 
 
 def test_process_journals_what_the_reference_accepts(tmp_path: Path) -> None:
-    d = new_daemon(tmp_path / "state")
-    now = d.clock.now()
+    r = new_pipeline(tmp_path / "state")
+    d = r.state
+    now = r.clock.now()
     dgs = datagrams(now)
     try:
-        asyncio.run(d._process([Batch("udp", [], payload=dg) for dg in dgs]))
-        journal = d.journal.current_path
+        asyncio.run(r.pipeline.process([Batch("udp", [], payload=dg) for dg in dgs]))
+        journal = r.store.journal.current_path
         assert journal is not None
         got, _ = read_records(journal.read_bytes())
     finally:
-        d.journal.close()
+        r.close()
     # The reference: every datagram decoded into events and checked one by one, in order.
     intake = Intake(DaemonSettings())
     items = [x for dg in dgs for x in decode_msgpack(dg)]
@@ -286,8 +286,8 @@ def test_process_journals_what_the_reference_accepts(tmp_path: Path) -> None:
     assert d.seq == seq == len(want)
     assert d.received["udp"] == len(items)
     rejected: dict[str, int] = {}
-    for r in rejects:
-        rejected[r.reason.value] = rejected.get(r.reason.value, 0) + 1
+    for reject in rejects:
+        rejected[reject.reason.value] = rejected.get(reject.reason.value, 0) + 1
     assert dict(d.rejected) == rejected
     assert set(rejected) >= {"self_kill", "duplicate_id", "malformed", "future_time", "too_old"}
     assert d.intake.clamped == intake.clamped == 2
@@ -295,19 +295,19 @@ def test_process_journals_what_the_reference_accepts(tmp_path: Path) -> None:
 
 
 def test_held_step_still_counts_its_datagrams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    d = new_daemon(tmp_path / "state")
-    now = d.clock.now()
+    r = new_pipeline(tmp_path / "state")
+    now = r.clock.now()
     batches = [Batch("udp", [], payload=dg) for dg in datagrams(now)]
 
     def full(records: object) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(d.journal, "append", full)
+    monkeypatch.setattr(r.store.journal, "append", full)
     try:
-        asyncio.run(d._process(batches))
-        assert d._held is not None
-        assert d.seq == 0 and d.applied == 0
-        d._abandon_held()
+        asyncio.run(r.pipeline.process(batches))
+        assert r.pipeline.held is not None
+        assert r.state.seq == 0 and r.state.applied == 0
+        r.pipeline.abandon_held()
     finally:
-        d.journal.close()
-    assert d.dropped["udp"] == sum(len(list(decode_msgpack(dg))) for dg in datagrams(now))
+        r.close()
+    assert r.pipeline.dropped["udp"] == sum(len(list(decode_msgpack(dg))) for dg in datagrams(now))

@@ -24,7 +24,7 @@ from waiting import wait_until
 from arenad.core.engine import Engine
 from arenad.core.params import ADRParams
 from arenad.daemon.history import Snapshots, rebuild_from_history
-from arenad.daemon.service import RECOMPUTE_FILE
+from arenad.daemon.recompute import RECOMPUTE_FILE
 from arenad.daemon.state import Checkpoints
 from arenad.scopes import RESET_PRESETS, EventWindow, Exclusions, Rule, ScopeConfig, ScopeSet
 
