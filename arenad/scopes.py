@@ -252,6 +252,9 @@ class ScopeSet:
         self.season_start = -math.inf
         self.exclusions = Exclusions()
         self.excluded = 0  # kills rated nowhere because an exclusion rule matched
+        #: Players who asked to be left out of public lists (admin op ``hide``): absent from
+        #: ``top``, the web pages and the API, still rated and still counted for others.
+        self.hidden: set[str] = set()
         self.refused: Counter[str] = Counter()  # scopes not created (max_servers)
         self._event_params = replace(params, decay=False, idle_after=0.0)
         self._season_quiet_until = -math.inf  # a cache: recomputed after a restart
@@ -418,6 +421,8 @@ class ScopeSet:
             "exclusions": self.exclusions.export(),
             "excluded": self.excluded,
             "refused": dict(self.refused),
+            # Only when someone is hidden: a state without hidden players keeps its bytes.
+            **({"hidden": sorted(self.hidden)} if self.hidden else {}),
         }
 
     @classmethod
@@ -440,6 +445,7 @@ class ScopeSet:
         out.exclusions = Exclusions.load(state.get("exclusions"))
         out.excluded = int(state.get("excluded", 0))
         out.refused = Counter(state.get("refused", {}))
+        out.hidden = {str(p) for p in state.get("hidden", ())}
         out._servers = sum(1 for k in engines if k.startswith("server:"))
         # An event scope dropped from the config stays queryable, read-only.
         out.closed |= {k for k in engines if k.startswith("event:") and k not in event_keys}

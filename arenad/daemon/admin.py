@@ -6,6 +6,9 @@ Newline-delimited JSON like the query protocol, one request per line, one answer
     {"op": "exclude", "player": "cheater", "reason": "aimbot"}
     {"op": "exclude", "server": "eu-1", "from": 1764000000, "to": 1764003600}
     {"op": "include", "rule": 3}
+    {"op": "hide", "player": "alice", "reason": "asked by mail"}
+    {"op": "unhide", "player": "alice"}
+    {"op": "hidden"}
     {"op": "exclusions"}
     {"op": "recompute", "scope": "server:eu-1", "from": 1764000000}
     {"op": "recompute_status"}
@@ -42,6 +45,9 @@ ADMIN_OPS = (
     "season_start",
     "exclude",
     "include",
+    "hide",
+    "unhide",
+    "hidden",
     "exclusions",
     "recompute",
     "recompute_status",
@@ -235,6 +241,29 @@ class AdminHandler:
             seq = await self._journal("include", {"id": rid})
         status = await self._recompute_for(rule, seq, f"include rule {rid}")
         return {"removed": rule.as_dict(), "seq": seq, "recompute": status}
+
+    async def _op_hide(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Leave a player out of public lists (top, pages, API); their rating still counts."""
+        player = _str(req, "player", required=True)
+        assert player is not None
+        reason = req.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > 1000:
+            raise AdminError("field 'reason' must be a string of at most 1000 characters")
+        async with self._lock:
+            already = player in self.daemon.scopes.hidden
+            seq = 0 if already else await self._journal("hide", {"player": player, "reason": reason})
+        return {"player": player, "hidden": True, "changed": not already, "seq": seq}
+
+    async def _op_unhide(self, req: dict[str, Any]) -> dict[str, Any]:
+        player = _str(req, "player", required=True)
+        assert player is not None
+        async with self._lock:
+            was = player in self.daemon.scopes.hidden
+            seq = await self._journal("unhide", {"player": player}) if was else 0
+        return {"player": player, "hidden": False, "changed": was, "seq": seq}
+
+    async def _op_hidden(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"players": sorted(self.daemon.scopes.hidden)}
 
     async def _recompute_for(self, rule: Rule, upto: int, reason: str) -> dict[str, Any] | None:
         """Recompute from the first event the rule matches (None when it matches nothing)."""

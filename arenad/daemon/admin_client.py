@@ -1,4 +1,4 @@
-"""Admin commands: ``arenad season``, ``arenad exclude``, ``arenad recompute``, ``arenad admin``.
+"""Admin commands: ``arenad season``, ``exclude``, ``hide``, ``recompute``, ``admin``.
 
 Each sends one request to the running daemon's admin socket (``[admin] unix`` inside the state
 directory, found through ``--config``; or ``--socket PATH``; or ``--connect HOST:PORT`` with
@@ -81,6 +81,13 @@ def add_admin_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     rp.add_argument("--offline", action="store_true", help="on a stopped daemon's state directory")
     _connection_args(rp)
 
+    hp = sub.add_parser("hide", help="leave a player out of public lists; their rating still counts (admin)")
+    hp.add_argument("player", nargs="?")
+    hp.add_argument("--undo", action="store_true", help="show the player again")
+    hp.add_argument("--list", action="store_true", help="list the hidden players")
+    hp.add_argument("--reason", default="")
+    _connection_args(hp)
+
     ap = sub.add_parser("admin", help="send one raw admin request (JSON) to the daemon")
     ap.add_argument("json", help='e.g. \'{"op": "scopes"}\'')
     _connection_args(ap)
@@ -143,6 +150,14 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
             if args.end is not None:
                 req["to"] = args.end
         return req
+    if args.command == "hide":
+        if args.list:
+            return {"op": "hidden"}
+        if not args.player:
+            raise ArenadError("give a player (or --list)")
+        if args.undo:
+            return {"op": "unhide", "player": args.player}
+        return {"op": "hide", "player": args.player, "reason": args.reason}
     if args.command == "recompute":
         if args.status:
             return {"op": "recompute_status"}

@@ -1,7 +1,7 @@
 """The applier: the one rule that puts journal records into a ``ScopeSet`` (issue 15, "One applier").
 
 Sans-io, in the manner of mitmproxy's layers: ``Applier.run`` applies kills, match placements
-and control records (season start, exclude, include) to every scope they belong to and yields
+and control records (season start, exclude, include, hide, unhide) to every scope they belong to and yields
 what its driver must do before it goes on:
 
 * ``RecalibrationDue(engine, t)``: ``engine`` recalibrates at ``t`` before the next kill is
@@ -36,14 +36,13 @@ exclusion rule, no notifications, no scoring) hands runs of kills to the C kerne
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from arenad.core.engine import REJECT_REASONS, Engine, Outcome
-from arenad.daemon.state import ControlRecord, JournalRecord, PlacementRecord, Record, StateError
+from arenad.records import ControlRecord, JournalRecord, PlacementRecord, Record, StateError
 from arenad.scopes import Reset, Rule, ScopeSet
 
 #: Events of work between two ``SliceEnd`` commands in the live daemon (about 0.5 ms).
@@ -59,6 +58,10 @@ CHUNK = 4096
 _UNBOUNDED = 1 << 62
 
 RuleReading = Literal["journal", "fixed"]
+
+
+def _no_timer() -> float:  # never called: ``observe`` without a timer is refused
+    raise AssertionError("no timer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,19 +121,24 @@ class Applier:
         score_kill: Callable[[Engine, str, str], None] | None = None,
         score_placement: Callable[[Engine, PlacementRecord], None] | None = None,
         observe: Callable[[float], None] | None = None,
+        timer: Callable[[], float] | None = None,
         sample: int = 0,
         slice_events: int = 0,
     ) -> None:
         if rules not in ("journal", "fixed"):
             raise ValueError(f"rules must be 'journal' or 'fixed', got {rules!r}")
+        if observe is not None and timer is None:
+            raise ValueError("observe needs a timer (the driver's clock: the applier reads none)")
         self.scopes = scopes
         self.rules = rules
         self.notify = notify
         #: The primary model's prediction of a kill / a placement's pairs, before ADR learns it.
         self.score_kill = score_kill
         self.score_placement = score_placement
-        #: Sampled apply times of plain kills (seconds); ``sample`` carries the phase across runs.
+        #: Sampled apply times of plain kills (seconds, by the driver's ``timer``); ``sample``
+        #: carries the phase across runs.
         self.observe = observe
+        self.timer = timer
         self.sample = sample
         self.slice_events = slice_events if slice_events > 0 else _UNBOUNDED
         self.tally = Tally()
@@ -149,7 +157,7 @@ class Applier:
 
     # ------------------------------------------------------------------ control records
     def control(self, rec: ControlRecord) -> None:
-        """A journaled admin operation (season start, exclude, include)."""
+        """A journaled admin operation (season start, exclude, include, hide, unhide)."""
         sc = self.scopes
         if rec.op == "season_start":
             a = rec.args
@@ -164,6 +172,12 @@ class Applier:
         elif rec.op == "include":
             if self.rules == "journal":
                 sc.exclusions.remove(int(rec.args["id"]))
+        # Hiding changes no rating, so both readings apply it where it was journaled: a rebuild
+        # reaches the hidden set the live daemon holds.
+        elif rec.op == "hide":
+            sc.hidden.add(str(rec.args["player"]))
+        elif rec.op == "unhide":
+            sc.hidden.discard(str(rec.args["player"]))
         else:
             raise StateError(f"control record {rec.op!r} at event {rec.seq}: written by a newer arenad")
 
@@ -203,6 +217,7 @@ class Applier:
         score_kill = self.score_kill
         score_placement = self.score_placement
         observe = self.observe
+        timer = self.timer or _no_timer
         slice_events = self.slice_events
         simple = len(scopes.config.kinds) == 1 and not scopes.exclusions
         apply = engine.apply
@@ -307,9 +322,9 @@ class Applier:
                         sample += 1
                         if sample >= UPDATE_SAMPLE:
                             sample = 0
-                            t0 = time.perf_counter()
+                            t0 = timer()
                             outcome = apply(attacker, victim, t)
-                            observe(time.perf_counter() - t0)
+                            observe(timer() - t0)
                         else:
                             outcome = apply(attacker, victim, t)
                     else:

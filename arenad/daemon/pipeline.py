@@ -83,6 +83,7 @@ def daemon_applier(
         score_kill=score_kill,
         score_placement=score_placement,
         observe=observe,
+        timer=time.perf_counter if observe is not None else None,
         sample=sample,
         slice_events=slice_events,
     )

@@ -36,84 +36,51 @@ import os
 import struct
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from arenad.errors import ArenadError
 from arenad.fileio import fsync_dir, write_atomic
-from arenad.models.base import placement_pairs
+
+# The record types are pure values (arenad/records.py); re-exported: they are the journal's.
+from arenad.records import (
+    KIND_CONTROL,
+    KIND_KILL,
+    KIND_PLACEMENT,
+    ControlRecord,
+    JournalRecord,
+    PlacementRecord,
+    Record,
+    StateError,
+    record_kind,
+    record_seq,
+)
+
+__all__ = [
+    "KIND_CONTROL",
+    "KIND_KILL",
+    "KIND_PLACEMENT",
+    "Checkpoints",
+    "ControlRecord",
+    "Journal",
+    "JournalRecord",
+    "PlacementRecord",
+    "Record",
+    "RecoveryReport",
+    "StateError",
+    "encode_chunk",
+    "read_records",
+    "record_kind",
+    "record_seq",
+]
 
 _RECORD_HEAD = struct.Struct("<II")  # length, crc32
 _CKPT_MAGIC = b"ARENADCK"
 _CKPT_HEAD = struct.Struct("<8sIIQ")  # magic, format version, crc32 of body, body length
 CHECKPOINT_FORMAT = 1
 MAX_RECORD = 1 << 26
-
-
-class StateError(ArenadError):
-    """The state directory cannot be used (permissions, a corrupt journal in the middle)."""
-
-
-#: One journaled kill: (seq, t, attacker, victim, server, id). A plain tuple: it is the hot path.
-Record = tuple[int, float, str, str, str | None, str | None]
-
-#: Record kinds of a ``[first_seq, rows, kinds]`` chunk.
-KIND_KILL = 0
-KIND_PLACEMENT = 1
-KIND_CONTROL = 2
-
-
-@dataclass(frozen=True, slots=True)
-class PlacementRecord:
-    """One journaled match placement: groups of players, best first (ADR never rates these).
-
-    ``pairs`` (not journaled) are its (better, worse) pairs, the predictions every model is
-    scored on, worked out once for all of them.
-    """
-
-    seq: int
-    t: float
-    placements: tuple[tuple[str, ...], ...]
-    server: str | None
-    id: str | None
-    pairs: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "pairs", tuple(placement_pairs(self.placements)))
-
-    def row(self) -> list[Any]:
-        return [self.t, [list(group) for group in self.placements], self.server, self.id]
-
-
-@dataclass(frozen=True, slots=True)
-class ControlRecord:
-    """One journaled admin operation (``op``: ``season_start``) at event time ``t``."""
-
-    seq: int
-    t: float
-    op: str
-    args: dict[str, Any]
-
-    def row(self) -> list[Any]:
-        return [self.t, self.op, self.args]
-
-
-#: Whatever the journal holds: kills (tuples), match placements and control records.
-JournalRecord = Record | PlacementRecord | ControlRecord
-
-
-def record_seq(rec: JournalRecord) -> int:
-    """The sequence number of a journal record of any kind."""
-    return rec[0] if isinstance(rec, tuple) else rec.seq
-
-
-def record_kind(rec: JournalRecord) -> int:
-    if isinstance(rec, tuple):
-        return KIND_KILL
-    return KIND_PLACEMENT if isinstance(rec, PlacementRecord) else KIND_CONTROL
 
 
 @dataclass(slots=True)

@@ -1,7 +1,8 @@
 """The rating core and the modules as pure as it stay so: no I/O, clock or daemon libraries.
 
 STYLE.md §1 and §2: the core (``arenad/core``), the scopes (``arenad/scopes.py``), the rating
-models (``arenad/models/``) and the wire decoders (``arenad/decode.py``) take their inputs as
+models (``arenad/models/``), the wire decoders (``arenad/decode.py``), the journal records
+(``arenad/records.py``) and the record applier (``arenad/daemon/applier.py``) take their inputs as
 values, time included, and return values. Read with ``ast``, so an import or a call that would
 break that fails here, before anything runs.
 """
@@ -43,9 +44,21 @@ ALSO_PURE: dict[str, frozenset[str]] = {
     # The parsers of the wire formats it decodes, and io.BytesIO over bytes already in memory.
     "decode.py": frozenset({"json", "msgpack", "io"}),
     **{f"models/{p.name}": frozenset() for p in sorted((ROOT / "models").glob("*.py"))},
+    # The journal's record values, and the one record applier over them (sans-io: its driver
+    # supplies the clock that times updates).
+    "records.py": frozenset(),
+    "daemon/applier.py": frozenset(),
 }
 #: What a pure module may import from arenad: other pure modules only.
-PURE_PACKAGES = ("arenad.core", "arenad.errors", "arenad.models", "arenad.scopes", "arenad.decode")
+PURE_PACKAGES = (
+    "arenad.core",
+    "arenad.errors",
+    "arenad.models",
+    "arenad.scopes",
+    "arenad.decode",
+    "arenad.records",
+    "arenad.daemon.applier",
+)
 
 
 def pure_modules() -> dict[str, Path]:

@@ -112,6 +112,12 @@ def stream(*, cheat_before_exclude: bool = False) -> list[JournalRecord]:
             out.append(ControlRecord(seq(), t, "exclude", window.as_dict()))
         if k == 1600:
             out.append(ControlRecord(seq(), t, "include", {"id": 2}))
+        if k in (400, 900):  # p001 hides, p002 hides and shows again
+            out.append(
+                ControlRecord(seq(), t, "hide", {"player": {400: "p001", 900: "p002"}[k], "reason": ""})
+            )
+        if k == 1900:
+            out.append(ControlRecord(seq(), t, "unhide", {"player": "p002"}))
         # The cheater plays only after the rule (unless asked otherwise): then the rule's live
         # reading (from its record on) and a rebuild's (in force throughout) exclude the same.
         if (k > 1200 or cheat_before_exclude) and k % 97 == 0:
@@ -193,7 +199,8 @@ class TestFourDrivers:
     """Live, recovery, rebuild and replay reach byte-identical scope states from one stream."""
 
     def test_every_record_kind_through_every_scope_kind(self, tmp_path: Path) -> None:
-        """Kills, placements, a season start, exclusions and an inclusion over all scope kinds."""
+        """Kills, placements, a season start, exclusions, an inclusion, hiding and showing again,
+        over all scope kinds."""
         records = stream()
         states = four_drivers(tmp_path, records, ALL_KINDS)
         assert len(set(states.values())) == 1, {k: len(v) for k, v in states.items()}
@@ -201,6 +208,8 @@ class TestFourDrivers:
         assert {"global", "season:s1", "event:cup", "server:eu-1"} <= set(state["engines"])
         assert [r["id"] for r in state["exclusions"]] == [1]
         assert state["excluded"] > 0  # the cheater's kills after the rule
+        assert state["hidden"] == ["p001"]  # hidden, still rated
+        assert "p001" in state["engines"]["global"]["names"]
 
     def test_the_plain_path_takes_kernel_runs_and_agrees(self, tmp_path: Path) -> None:
         """One global ladder, no rule: the kernel's batch runs equal Engine.feed one by one."""
