@@ -329,7 +329,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _replay_scope(args: argparse.Namespace, settings: Settings) -> tuple[Any, Any]:
     """Replay through every configured scope; the ladder of ``--scope``."""
-    scopes = ScopeSet(settings.adr, settings.scopes.config())
+    scopes = ScopeSet(settings.adr, settings.scope_config())
     try:
         kind, _ident = parse_scope(args.scope)
     except ValueError as e:

@@ -232,8 +232,12 @@ def replay_scoped(
     started = time.perf_counter()
 
     def records() -> Iterator[JournalRecord]:
+        # Numbered as the daemon's journal numbers what it keeps (a stream read back from a
+        # journal gets its own sequence numbers): play sessions record where they closed.
+        seq = 0
         for ev in events:
             if isinstance(ev, ControlRecord):
+                seq = ev.seq
                 yield ev
                 continue
             summary.events += 1
@@ -241,9 +245,11 @@ def replay_scoped(
                 summary.rejected[ev.reason.value] += 1
             elif isinstance(ev, PlacementEvent):
                 summary.placements += 1
-                yield PlacementRecord(0, ev.t, ev.placements, ev.server, None)
+                seq += 1
+                yield PlacementRecord(seq, ev.t, ev.placements, ev.server, None)
             else:
-                yield (0, ev.t, ev.attacker, ev.victim, ev.server, None)
+                seq += 1
+                yield (seq, ev.t, ev.attacker, ev.victim, ev.server, None)
 
     applier.apply_all(records())
     tally = applier.take()

@@ -30,6 +30,7 @@ from typing import Any
 
 from arenad.core.engine import Engine, Outcome
 from arenad.core.params import ADRParams
+from arenad.sessions import Sessions
 
 SCOPE_KINDS = ("global", "server", "season", "event")
 SEASON_CALENDARS = ("none", "monthly", "quarterly", "yearly")
@@ -95,6 +96,9 @@ class ScopeConfig:
     seasons: tuple[SeasonStart, ...] = ()
     season_reset: Reset = RESET_PRESETS["softer"]
     events: tuple[EventWindow, ...] = ()
+    #: Play sessions of the global ladder for the rating history (``arenad.sessions``): the idle
+    #: seconds of event time that end one; 0 keeps none (``[history] ratings``).
+    session_gap: float = 0.0
 
     def on(self, kind: str) -> bool:
         return kind in self.kinds
@@ -255,6 +259,9 @@ class ScopeSet:
         #: Players who asked to be left out of public lists (admin op ``hide``): absent from
         #: ``top``, the web pages and the API, still rated and still counted for others.
         self.hidden: set[str] = set()
+        self.sessions: Sessions | None = (
+            Sessions(self.config.session_gap) if self.config.session_gap > 0 else None
+        )
         self.refused: Counter[str] = Counter()  # scopes not created (max_servers)
         self._event_params = replace(params, decay=False, idle_after=0.0)
         self._season_quiet_until = -math.inf  # a cache: recomputed after a restart
@@ -423,6 +430,7 @@ class ScopeSet:
             "refused": dict(self.refused),
             # Only when someone is hidden: a state without hidden players keeps its bytes.
             **({"hidden": sorted(self.hidden)} if self.hidden else {}),
+            **({"sessions": self.sessions.export_state()} if self.sessions is not None else {}),
         }
 
     @classmethod
@@ -446,6 +454,9 @@ class ScopeSet:
         out.excluded = int(state.get("excluded", 0))
         out.refused = Counter(state.get("refused", {}))
         out.hidden = {str(p) for p in state.get("hidden", ())}
+        if out.sessions is not None and "sessions" in state:
+            # A state from before the rating history starts with fresh (zero) counters.
+            out.sessions = Sessions.from_state(state["sessions"], config.session_gap)
         out._servers = sum(1 for k in engines if k.startswith("server:"))
         # An event scope dropped from the config stays queryable, read-only.
         out.closed |= {k for k in engines if k.startswith("event:") and k not in event_keys}

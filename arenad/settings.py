@@ -42,6 +42,7 @@ from arenad.daemon.config import (
 )
 from arenad.daemon.config_sources import HlUdpSettings, MqttSettings, NotifySettings, TailSpec, UdpSettings
 from arenad.errors import ConfigError, ConfigProblem
+from arenad.scopes import ScopeConfig
 
 #: A check of a part of the document that a layer above the settings owns (a feed's options):
 #: it takes the parsed TOML document and returns its problems.
@@ -65,6 +66,12 @@ class Settings(Section):
     notify: NotifySettings = Field(default_factory=NotifySettings)  # rating changes to MQTT
     source_udp: HlUdpSettings = Field(default_factory=HlUdpSettings)  # Source-engine UDP logs
     tail: Array[TailSpec] = ()  # [[tail]]: game-server log files to follow
+
+    def scope_config(self) -> ScopeConfig:
+        """The scopes the daemon keeps: ``[scopes]``, and the play sessions of the rating
+        history when ``[history] ratings`` is on."""
+        gap = self.history.session_gap if self.history.ratings else 0.0
+        return replace(self.scopes.config(), session_gap=gap)
 
     @model_validator(mode="after")
     def _two_connections(self) -> Self:

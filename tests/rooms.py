@@ -12,8 +12,9 @@ from arenad.daemon.live import LiveState, StorageFaults
 from arenad.daemon.logs import RejectWarnings
 from arenad.daemon.metrics import Metrics
 from arenad.daemon.pipeline import Pipeline
+from arenad.daemon.ratinghistory import RatingHistory, rating_history
 from arenad.daemon.recompute import Recomputer, Retention
-from arenad.daemon.recovery import Checkpointer, recover
+from arenad.daemon.recovery import Checkpointer, cut_ratings, recover
 from arenad.daemon.shadows import ModelSet
 from arenad.daemon.state import RecoveryReport
 from arenad.daemon.statedir import StateDir
@@ -39,13 +40,17 @@ class Rooms:
     pipeline: Pipeline
     recomputer: Recomputer
     checkpointer: Checkpointer
+    ratings: RatingHistory | None
 
     def recover(self) -> RecoveryReport:
         report = recover(self.state, self.store, self.settings, self.models, self.clock)
+        cut_ratings(self.ratings, report)
         self.store.journal.open_segment(self.state.seq + 1)
         return report
 
     def close(self) -> None:
+        if self.ratings is not None:
+            self.ratings.close()
         self.store.close()
 
 
@@ -55,7 +60,7 @@ def build(state_dir: Path, settings: Settings | None = None) -> Rooms:
     settings = base.model_copy(
         update={"daemon": base.daemon.model_copy(update={"state_dir": str(state_dir)})}
     )
-    state = LiveState(ScopeSet(settings.adr, settings.scopes.config()), Intake(settings.daemon))
+    state = LiveState(ScopeSet(settings.adr, settings.scope_config()), Intake(settings.daemon))
     store = StateDir(settings)
     models = ModelSet(settings.models, recent=lambda: state.engine.recent_predictions())  # noqa: PLW0108
     metrics = Metrics(_no_snapshot)
@@ -72,7 +77,8 @@ def build(state_dir: Path, settings: Settings | None = None) -> Rooms:
         faults=faults,
         reject_warnings=RejectWarnings(settings.log.reject_warning_interval),
     )
-    recomputer = Recomputer(state, store, settings.adr, metrics)
+    ratings = rating_history(settings.history, store.path)
+    recomputer = Recomputer(state, store, settings.adr, metrics, ratings)
     checkpointer = Checkpointer(
         state,
         store,
@@ -82,7 +88,19 @@ def build(state_dir: Path, settings: Settings | None = None) -> Rooms:
         retention=Retention(store, settings.history, faults),
         metrics=metrics,
         faults=faults,
+        ratings=ratings,
     )
     return Rooms(
-        settings, state, store, models, metrics, faults, clock, queue, pipeline, recomputer, checkpointer
+        settings,
+        state,
+        store,
+        models,
+        metrics,
+        faults,
+        clock,
+        queue,
+        pipeline,
+        recomputer,
+        checkpointer,
+        ratings,
     )

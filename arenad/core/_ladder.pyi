@@ -1,6 +1,6 @@
 """Types of the C extension (arenad/core/_ladder.c, _kernel.c): the ladder and the update kernel."""
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 class Ladder:
@@ -39,3 +39,15 @@ class Kernel:
         start: int,
         stop: int,
     ) -> tuple[int, int]: ...
+
+def tally(
+    records: Sequence[Any],
+    lo: int,
+    hi: int,
+    ids: Mapping[str, int],
+    kills: Any,
+    deaths: Any,
+    server: Any,
+    codes: Mapping[str | None, int],
+) -> int:
+    """The kill and death counts of arenad/sessions.py (arenad/core/_sessions.c)."""

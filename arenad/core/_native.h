@@ -33,4 +33,7 @@ int ladder_move(LadderObject *self, double old, double new, uint32_t pid);
 /* Adds the Kernel type to the module. */
 int kernel_register(PyObject *module);
 
+/* Adds tally(), the per-kill count of arenad/sessions.py, to the module (_sessions.c). */
+int sessions_register(PyObject *module);
+
 #endif

@@ -228,6 +228,11 @@ class Applier:
         run = engine.run_records if score_kill is None else None
         sample = self.sample
         sample_left = UPDATE_SAMPLE - 1 if observe is not None else _UNBOUNDED
+        # Play sessions (arenad.sessions): kills counted up to ``tallied``, ticks where the global
+        # ladder recalibrates (the same records in every driver).
+        sessions = scopes.sessions
+        tallied = 0
+        upto = 0
         applied = 0
         placements = 0
         work = 0
@@ -273,6 +278,10 @@ class Applier:
                             if t >= eng.next_recalibration and eng.recalibration_due_before(
                                 attacker, victim, t
                             ):
+                                if n == 0 and sessions is not None:
+                                    sessions.tally(records, tallied, k, engine.ids)
+                                    tallied = k
+                                    sessions.tick(engine, t, rec[0])
                                 yield RecalibrationDue(eng, t)
                                 tally = self.tally
                             if notify:
@@ -316,6 +325,10 @@ class Applier:
                     if t >= engine.next_recalibration and engine.recalibration_due_before(
                         attacker, victim, t
                     ):
+                        if sessions is not None:
+                            sessions.tally(records, tallied, k, engine.ids)
+                            tallied = k
+                            sessions.tick(engine, t, rec[0])
                         yield RecalibrationDue(engine, t)  # same point as Engine.feed, so as replay
                         tally = self.tally
                     if observe is not None:
@@ -350,3 +363,5 @@ class Applier:
             self.tally.applied += applied
             self.tally.placements += placements
             self.sample = sample
+            if sessions is not None:  # the records handled (all of them, unless one raised)
+                sessions.tally(records, tallied, upto, engine.ids)

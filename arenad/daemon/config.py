@@ -544,9 +544,14 @@ class AdminSettings(Section):
 
 
 class HistorySettings(Section):
-    """``[history]``: the compressed event archive and snapshots kept for recompute."""
+    """``[history]``: the compressed event archive and snapshots kept for recompute, and the
+    players' rating history (their play sessions)."""
 
     archive: bool = True  # keep every journaled event (compressed) instead of deleting it
     archive_file_bytes: Annotated[int, Field(ge=4096)] = 64 << 20  # a new archive file past this size
     snapshot_interval: Annotated[float, Field(ge=0.1)] = 3600.0  # seconds between kept snapshots
     snapshots_kept: Annotated[int, Field(ge=1)] = 48
+    # The rating history (docs/web.md): players' play sessions, kept in <state_dir>/ratings.sqlite.
+    ratings: bool = True
+    session_gap: Annotated[float, Field(ge=60.0, le=86400.0)] = 1800.0  # idle seconds that end one
+    ratings_days: Annotated[float, Field(ge=0.0)] = 730.0  # sessions kept this long; 0: for ever

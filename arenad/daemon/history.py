@@ -25,7 +25,7 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,8 @@ import structlog
 
 from arenad.core.engine import Engine
 from arenad.core.params import ADRParams
-from arenad.daemon.applier import Applier
+from arenad.daemon.applier import CHUNK, Applier
+from arenad.daemon.ratinghistory import Rebuild
 from arenad.daemon.state import (
     Checkpoints,
     Journal,
@@ -267,6 +268,7 @@ class RebuildResult:
     seq: int  # the last record applied
     base_seq: int  # the snapshot it started from (0: from nothing)
     records: int
+    ratings: Rebuild | None = None  # the rating history it wrote, to be put in place
 
 
 def rebuild(
@@ -277,23 +279,34 @@ def rebuild(
     *,
     base: ScopeSet | None = None,
     base_seq: int = 0,
+    ratings: Rebuild | None = None,
 ) -> RebuildResult:
-    """Replay ``records`` into ``base`` (or a fresh ScopeSet) under ``exclusions``.
+    """Replay ``records`` into ``base`` (or a fresh ScopeSet) under ``exclusions``; the play
+    sessions it closes go to ``ratings`` (a recompute's rating history) as it goes.
 
     The records go through the daemon's applier with the rules fixed: ``exclusions`` (the rules
     in force now) hold over the whole history, so an exclude or include record changes nothing
     here; that is what makes a recompute retroactive (``applier.py``)."""
     scopes = base if base is not None else ScopeSet(params, config)
     scopes.exclusions = Exclusions(list(exclusions.rules))
-    last = [base_seq]
-
-    def numbered() -> Iterator[JournalRecord]:
-        for rec in records:
-            last[0] = record_seq(rec)
-            yield rec
-
-    n = Applier(scopes, rules="fixed").apply_all(numbered())
-    return RebuildResult(scopes, last[0], base_seq, n)
+    last = base_seq
+    applier = Applier(scopes, rules="fixed")
+    n = 0
+    chunk: list[JournalRecord | None] = []
+    for rec in records:
+        last = record_seq(rec)
+        chunk.append(rec)
+        if len(chunk) >= CHUNK:
+            n += len(chunk)
+            applier.apply_chunk(chunk)
+            chunk = []
+            if ratings is not None:  # closed sessions streamed out: a long history stays small
+                ratings.drain(scopes)
+    n += len(chunk)
+    applier.apply_chunk(chunk)
+    if ratings is not None:
+        ratings.drain(scopes)
+    return RebuildResult(scopes, last, base_seq, n, ratings)
 
 
 def load_scopes(payload: dict[str, Any], params: ADRParams, config: ScopeConfig) -> ScopeSet:
@@ -314,9 +327,11 @@ def rebuild_from_history(
     upto: int,
     from_t: float | None = None,
     snapshots: Snapshots | None = None,
+    ratings: Callable[[int], Rebuild] | None = None,
 ) -> RebuildResult:
     """Full replay of history up to ``upto``, or a partial one from the newest snapshot before
-    ``from_t`` (falling back to a full replay when there is none)."""
+    ``from_t`` (falling back to a full replay when there is none). ``ratings``: opens the
+    recompute's rating history given the sequence number the replay starts after."""
     base: ScopeSet | None = None
     base_seq = 0
     if from_t is not None and math.isfinite(from_t) and snapshots is not None:
@@ -325,7 +340,15 @@ def rebuild_from_history(
             base_seq, path = found
             base = load_scopes(Checkpoints.read(path), params, config)
     history = History(state_dir)
-    return rebuild(params, config, exclusions, history.records(base_seq, upto), base=base, base_seq=base_seq)
+    return rebuild(
+        params,
+        config,
+        exclusions,
+        history.records(base_seq, upto),
+        base=base,
+        base_seq=base_seq,
+        ratings=None if ratings is None else ratings(base_seq),
+    )
 
 
 def first_match_time(

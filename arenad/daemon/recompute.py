@@ -31,6 +31,7 @@ from arenad.daemon.config import HistorySettings
 from arenad.daemon.history import Archive, History, RebuildResult, rebuild_from_history, retire_segments
 from arenad.daemon.live import LiveState, StorageFaults
 from arenad.daemon.metrics import Metrics
+from arenad.daemon.ratinghistory import RatingHistory
 from arenad.daemon.state import StateError
 from arenad.daemon.statedir import StateDir
 from arenad.fileio import write_atomic
@@ -103,6 +104,8 @@ def swap_scopes(state: LiveState, new: ScopeSet, scope: str | None) -> list[str]
         return new.keys()
     if scope in new.engines:
         state.scopes.engines[scope] = new.engines[scope]
+        if scope == "global":  # the play sessions are the global ladder's
+            state.scopes.sessions = new.sessions
         return [scope]
     return []
 
@@ -118,11 +121,19 @@ def catch_up(state_dir: Path, archive: Archive, scopes: ScopeSet, after: int, up
 class Recomputer:
     """Runs requested recomputes one after the other in the background; see the module docstring."""
 
-    def __init__(self, state: LiveState, store: StateDir, params: ADRParams, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        state: LiveState,
+        store: StateDir,
+        params: ADRParams,
+        metrics: Metrics,
+        ratings: RatingHistory | None = None,
+    ) -> None:
         self.state = state
         self.store = store
         self.params = params
         self.metrics = metrics
+        self.ratings = ratings
         self.status = RecomputeStatus()
         self._pending: tuple[str | None, float | None, str] | None = None
         self.unsaved = False  # a recompute result is in memory but in no checkpoint yet
@@ -231,6 +242,7 @@ class Recomputer:
     ) -> tuple[RebuildResult, int, list[str]]:
         """Rebuild up to ``upto`` in a worker, catch up on live events, swap; under history_lock."""
         store = self.store
+        ratings = self.ratings if scope in (None, "global") else None  # the global ladder's
         result = await asyncio.to_thread(
             rebuild_from_history,
             store.path,
@@ -240,20 +252,30 @@ class Recomputer:
             upto=upto,
             from_t=from_t,
             snapshots=store.snapshots,
+            ratings=None if ratings is None else ratings.rebuild,
         )
         new = result.scopes
-        caught = upto
-        # Live events kept flowing meanwhile: catch up in the worker while far behind...
-        for _ in range(CATCHUP_ROUNDS):
-            if self.state.seq - caught <= CATCHUP_SYNC:
-                break
+        rebuilt = result.ratings
+        try:
+            caught = upto
+            # Live events kept flowing meanwhile: catch up in the worker while far behind...
+            for _ in range(CATCHUP_ROUNDS):
+                if self.state.seq - caught <= CATCHUP_SYNC:
+                    break
+                target = self.state.seq
+                await asyncio.to_thread(catch_up, store.path, store.archive_reader(), new, caught, target)
+                caught = target
+            # ...then the last few synchronously, and swap in the same step: no await between
+            # reading state.seq and the swap, so no journaled event is missed or applied twice.
             target = self.state.seq
-            await asyncio.to_thread(catch_up, store.path, store.archive_reader(), new, caught, target)
-            caught = target
-        # ...then the last few synchronously, and swap in the same step: no await between
-        # reading state.seq and the swap, so no journaled event is missed or applied twice.
-        target = self.state.seq
-        catch_up(store.path, store.archive_reader(), new, caught, target)
+            catch_up(store.path, store.archive_reader(), new, caught, target)
+            if ratings is not None and rebuilt is not None:
+                rebuilt.drain(new)
+                ratings.replace_with(rebuilt.finish())
+                rebuilt = None
+        finally:
+            if rebuilt is not None:  # failed or cancelled before the swap: the live one stays
+                rebuilt.discard()
         return result, target, swap_scopes(self.state, new, scope)
 
 

@@ -24,6 +24,7 @@ from arenad.daemon.intake import Intake
 from arenad.daemon.live import LiveState, StorageFaults
 from arenad.daemon.metrics import Metrics
 from arenad.daemon.pipeline import Pipeline, daemon_applier
+from arenad.daemon.ratinghistory import RatingHistory
 from arenad.daemon.recompute import RECOMPUTE_FILE, Recomputer, Retention, swap_scopes
 from arenad.daemon.shadows import ModelSet
 from arenad.daemon.state import Checkpoints, JournalRecord, PlacementRecord, RecoveryReport, StateError
@@ -111,6 +112,31 @@ def recover(
     return report
 
 
+def save_sessions(scopes: ScopeSet, ratings: RatingHistory | None) -> OSError | None:
+    """The play sessions closed since the last call into the rating history; on a refusal (a
+    full disk) they go back, to be written next time and kept in the checkpoint meanwhile."""
+    tracker = scopes.sessions
+    if ratings is None or tracker is None or not tracker.closed:
+        return None
+    generation = ratings.generation
+    rows = tracker.take_closed()
+    try:
+        ratings.write(rows, scopes.global_engine.clock, generation)
+    except OSError as e:
+        tracker.closed[:0] = rows
+        return e
+    return None
+
+
+def cut_ratings(ratings: RatingHistory | None, report: RecoveryReport) -> None:
+    """At start-up: rows a checkpoint after the one recovered wrote go (the journal's replay
+    closes those sessions again, identically)."""
+    if ratings is not None:
+        cut = ratings.truncate_after(report.checkpoint_seq)
+        if cut:
+            log.info("rating_history_cut", after_seq=report.checkpoint_seq, rows=cut)
+
+
 class Checkpointer:
     """Writes checkpoints for the engine task (never two at once); see ``checkpoint``."""
 
@@ -125,6 +151,7 @@ class Checkpointer:
         retention: Retention,
         metrics: Metrics,
         faults: StorageFaults,
+        ratings: RatingHistory | None = None,
     ) -> None:
         self.state = state
         self.store = store
@@ -134,6 +161,7 @@ class Checkpointer:
         self.retention = retention
         self.metrics = metrics
         self.faults = faults
+        self.ratings = ratings
         self.last_success = 0.0
         self.failures = 0
 
@@ -154,15 +182,21 @@ class Checkpointer:
             seq == st.checkpoint_seq
             and not st.positions_moved
             and not swapped
+            and "ratings" not in self.faults.failing  # sessions wait for the rating history
             and self.store.checkpoints.list()
         ):
             return
         started = time.perf_counter()
         written: list[Path] = []
+        unsaved: list[OSError] = []
 
         def write() -> None:
             # Runs in a worker thread while the engine task waits here, so nothing mutates the
             # engine during the copy; queries keep reading it from the event loop meanwhile.
+            # The rating history first: what it could not take stays in the checkpoint.
+            error = save_sessions(st.scopes, self.ratings)
+            if error is not None:
+                unsaved.append(error)
             payload = st.checkpoint_payload(self.models.export_state())
             written.append(self.store.checkpoints.write(seq, payload))
 
@@ -175,6 +209,10 @@ class Checkpointer:
             self.faults.failed("checkpoint", e, seq=seq)
             return
         self.faults.recovered("checkpoint")
+        if unsaved:
+            self.faults.failed("ratings", unsaved[0], seq=seq)
+        elif self.ratings is not None:
+            self.faults.recovered("ratings")
         if swapped and self.recomputer.idle:
             self.recomputer.saved()  # the recomputed state is durable now
         st.checkpoint_seq = seq
@@ -198,10 +236,13 @@ def offline_recompute(
     store = StateDir(settings)
     store.lock()
     try:
-        state = LiveState(ScopeSet(settings.adr, settings.scopes.config()), Intake(settings.daemon))
+        ratings = (
+            RatingHistory(store.path, settings.history.ratings_days) if settings.history.ratings else None
+        )
+        state = LiveState(ScopeSet(settings.adr, settings.scope_config()), Intake(settings.daemon))
         models = ModelSet(settings.models, recent=lambda: state.engine.recent_predictions())  # noqa: PLW0108 - the engine of the moment
         clock = DaemonClock(step=settings.daemon.clock_step, adopt_after=settings.daemon.clock_adopt_after)
-        recover(state, store, settings, models, clock)
+        cut_ratings(ratings, recover(state, store, settings, models, clock))
         key = None
         if scope is not None and scope != "all":
             try:
@@ -217,10 +258,16 @@ def offline_recompute(
             upto=state.seq,
             from_t=from_t,
             snapshots=store.snapshots,
+            ratings=None if ratings is None or key not in (None, "global") else ratings.rebuild,
         )
         swapped = swap_scopes(state, result.scopes, key)
+        if ratings is not None and result.ratings is not None:
+            ratings.replace_with(result.ratings.finish())
         seconds = time.perf_counter() - started
         store.journal.open_segment(state.seq + 1)
+        error = save_sessions(state.scopes, ratings)
+        if error is not None:
+            raise error
         store.checkpoints.write(state.seq, state.checkpoint_payload(models.export_state()))
         (store.path / RECOMPUTE_FILE).unlink(missing_ok=True)
         return {
@@ -231,4 +278,6 @@ def offline_recompute(
             "seconds": round(seconds, 3),
         }
     finally:
+        if ratings is not None:
+            ratings.close()
         store.close()

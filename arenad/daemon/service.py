@@ -50,8 +50,9 @@ from arenad.daemon.metrics import Metrics, serve_metrics
 from arenad.daemon.notify import Notifier
 from arenad.daemon.pipeline import Pipeline
 from arenad.daemon.query import QueryHandler, close_servers, reload_settings, serve_query
+from arenad.daemon.ratinghistory import RatingHistory
 from arenad.daemon.recompute import Recomputer, Retention
-from arenad.daemon.recovery import Checkpointer, offline_recompute, recover
+from arenad.daemon.recovery import Checkpointer, cut_ratings, offline_recompute, recover
 from arenad.daemon.shadows import ModelSet
 from arenad.daemon.sources.mqtt import MqttStatus
 from arenad.daemon.sources.ports import (
@@ -93,7 +94,7 @@ class Daemon:
             step=settings.daemon.clock_step, adopt_after=settings.daemon.clock_adopt_after
         )
         self.store = StateDir(settings)
-        self.state = LiveState(ScopeSet(settings.adr, settings.scopes.config()), Intake(settings.daemon))
+        self.state = LiveState(ScopeSet(settings.adr, settings.scope_config()), Intake(settings.daemon))
         self.queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=settings.daemon.queue_size)
         self.stop = asyncio.Event()  # SIGTERM/SIGINT: stop intake, drain, checkpoint, exit
         # Sources that acknowledge (MQTT) keep their connection until the queue is drained, so
@@ -133,7 +134,13 @@ class Daemon:
             reject_warnings=self.reject_warnings,
             notifier=self.notifier,
         )
-        self.recomputer = Recomputer(self.state, self.store, settings.adr, self.metrics)
+        #: The players' rating history (their play sessions), beside the state it derives from.
+        self.ratings: RatingHistory | None = (
+            RatingHistory(self.store.path, settings.history.ratings_days)
+            if settings.history.ratings
+            else None
+        )
+        self.recomputer = Recomputer(self.state, self.store, settings.adr, self.metrics, self.ratings)
         self.checkpointer = Checkpointer(
             self.state,
             self.store,
@@ -143,6 +150,7 @@ class Daemon:
             retention=Retention(self.store, settings.history, self.faults),
             metrics=self.metrics,
             faults=self.faults,
+            ratings=self.ratings,
         )
         self.bound: dict[str, Any] = {}  # actual listening addresses, for logs and tests
         self.query_handler: QueryHandler | None = None  # set once the query server starts
@@ -157,6 +165,7 @@ class Daemon:
     def recover(self) -> RecoveryReport:
         """The state from the newest valid checkpoint and the journal tail (``recovery.py``)."""
         self.recovery = recover(self.state, self.store, self.settings, self.models, self.clock)
+        cut_ratings(self.ratings, self.recovery)
         return self.recovery
 
     # ------------------------------------------------------------------ metrics
@@ -279,6 +288,8 @@ class Daemon:
         try:
             return await self._run()
         finally:
+            if self.ratings is not None:
+                self.ratings.close()
             self.store.close()
 
     async def _run(self) -> int:
@@ -438,7 +449,7 @@ class Daemon:
             raise ArenadError(f"reload refused: {', '.join(blocked)} can only change with a restart")
         self.settings = new
         scopes = self.state.scopes
-        scopes.reconfigure(new.scopes.config())
+        scopes.reconfigure(new.scope_config())
         if self.query_handler is not None:
             self.query_handler.settings = new.query
         reload_settings(self._query_servers, new.query)

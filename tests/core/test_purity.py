@@ -47,6 +47,7 @@ ALSO_PURE: dict[str, frozenset[str]] = {
     # The journal's record values, and the one record applier over them (sans-io: its driver
     # supplies the clock that times updates).
     "records.py": frozenset(),
+    "sessions.py": frozenset(),
     "daemon/applier.py": frozenset(),
 }
 #: What a pure module may import from arenad: other pure modules only.
@@ -57,6 +58,7 @@ PURE_PACKAGES = (
     "arenad.scopes",
     "arenad.decode",
     "arenad.records",
+    "arenad.sessions",
     "arenad.daemon.applier",
 )
 

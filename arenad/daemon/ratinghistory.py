@@ -1,0 +1,307 @@
+"""The rating history: players' closed play sessions in ``<state_dir>/ratings.sqlite``.
+
+Written off the per-event path: the engine task's checkpoint (``recovery.Checkpointer``) hands
+the sessions closed since the last one (``arenad.sessions``) to ``RatingHistory.write`` in its
+worker thread, one transaction per checkpoint, before the checkpoint itself is written. Each
+row carries the journal position of the tick that closed it, so recovery cuts what a lost
+checkpoint did not cover (``truncate_after``) and the replay of the journal tail writes it again,
+identically. A recompute writes a fresh database beside the live one (``Rebuild``) and renames
+it into place when it swaps its result in. Sessions older than ``[history] ratings_days`` (of
+event time) are deleted at most once a day of event time.
+
+SQLite in WAL mode with ``synchronous = NORMAL``: the history is derived state (a recompute
+rebuilds it from the archive), so a power cut may lose its last transaction, never the
+database. Readers (``HistoryReader``, the web pages) use their own connection.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from arenad.daemon.config import HistorySettings
+from arenad.scopes import ScopeSet
+from arenad.sessions import Session
+
+FILE = "ratings.sqlite"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS players (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS servers (id INTEGER PRIMARY KEY, name TEXT UNIQUE);
+CREATE TABLE IF NOT EXISTS sessions (
+    player INTEGER NOT NULL,
+    server INTEGER,
+    t_start REAL NOT NULL,
+    t_end REAL NOT NULL,
+    kills INTEGER NOT NULL,
+    deaths INTEGER NOT NULL,
+    rating_before REAL NOT NULL,
+    rating_after REAL NOT NULL,
+    display_after REAL NOT NULL,
+    tier_after INTEGER NOT NULL,
+    seq INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_player ON sessions (player, t_end);
+CREATE INDEX IF NOT EXISTS sessions_by_seq ON sessions (seq);
+"""
+_DAY = 86400.0
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    # check_same_thread off: a writer is used by one thread at a time (the checkpoint's worker,
+    # or a recompute's), never by two at once (RatingHistory.lock).
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")
+    db.executescript(_SCHEMA)
+    return db
+
+
+class _Writer:
+    """Inserts sessions, naming players and servers once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = _connect(path)
+        self._players: dict[str | None, int] = dict(self.db.execute("SELECT name, id FROM players"))
+        self._servers: dict[str | None, int] = dict(self.db.execute("SELECT name, id FROM servers"))
+
+    def _id(self, table: str, cache: dict[str | None, int], name: str | None) -> int:
+        got = cache.get(name)
+        if got is None:  # ``table`` is one of this module's two names, never input
+            cur = self.db.execute(f"INSERT INTO {table} (name) VALUES (?)", (name,))
+            got = cache[name] = int(cur.lastrowid or 0)
+        return got
+
+    def insert(self, sessions: Iterable[Session]) -> int:
+        rows = [
+            (
+                self._id("players", self._players, s.player),
+                self._id("servers", self._servers, s.server),
+                s.t_start,
+                s.t_end,
+                s.kills,
+                s.deaths,
+                s.rating_before,
+                s.rating_after,
+                s.display_after,
+                s.tier_after,
+                s.seq,
+            )
+            for s in sessions
+        ]
+        self.db.executemany("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        return len(rows)
+
+    def close(self) -> None:
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.db.close()
+
+
+def rating_history(settings: HistorySettings, state_dir: Path) -> RatingHistory | None:
+    """The rating history ``[history]`` asks for (None: ``ratings = false``)."""
+    return RatingHistory(state_dir, settings.ratings_days) if settings.ratings else None
+
+
+class RatingHistory:
+    """The live database: written at checkpoints, cut at recovery, replaced by a recompute."""
+
+    def __init__(self, state_dir: Path, retention_days: float) -> None:
+        self.path = state_dir / FILE
+        self.retention = retention_days * _DAY if retention_days > 0 else math.inf
+        self.lock = threading.Lock()  # writes, cuts and the swap: one at a time
+        self._writer: _Writer | None = None
+        self._pruned_at = -math.inf
+        self.generation = 0  # bumped when a recompute's database replaces this one
+        self.rows_written = 0
+
+    def _w(self) -> _Writer:
+        if self._writer is None:
+            self._writer = _Writer(self.path)
+        return self._writer
+
+    def write(self, sessions: Sequence[Session], now_t: float, generation: int) -> None:
+        """One transaction with ``sessions``, and retention when a day of event time has passed.
+
+        ``generation``: the one read when the sessions were taken; a recompute's database that
+        replaced this one since holds them already (rebuilt), so they are dropped. Raises
+        ``OSError`` (``sqlite3`` errors as OSError) when the disk refuses it."""
+        with self.lock:
+            if generation != self.generation:
+                return
+            try:
+                w = self._w()
+                w.db.execute("BEGIN")
+                self.rows_written += w.insert(sessions)
+                if math.isfinite(now_t) and now_t - self._pruned_at >= _DAY and math.isfinite(self.retention):
+                    w.db.execute("DELETE FROM sessions WHERE t_end < ?", (now_t - self.retention,))
+                    self._pruned_at = now_t
+                w.db.execute("COMMIT")
+            except sqlite3.Error as e:
+                self._abandon()
+                raise OSError(0, f"rating history: {e}") from e
+
+    def truncate_after(self, seq: int) -> int:
+        """Delete what a checkpoint after ``seq`` wrote (recovery starts from ``seq``)."""
+        with self.lock:
+            try:
+                cur = self._w().db.execute("DELETE FROM sessions WHERE seq > ?", (seq,))
+            except sqlite3.Error as e:
+                self._abandon()
+                raise OSError(0, f"rating history: {e}") from e
+            return cur.rowcount
+
+    def _abandon(self) -> None:
+        if self._writer is not None:
+            try:
+                self._writer.db.rollback()
+                self._writer.db.close()
+            except sqlite3.Error:
+                pass
+            self._writer = None
+
+    def replace_with(self, rebuilt: Path) -> None:
+        """Put a recompute's database (``Rebuild.finish``'s file) in place of this one."""
+        with self.lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            rebuilt.replace(self.path)
+            self.generation += 1
+
+    def rebuild(self, base_seq: int) -> Rebuild:
+        """A recompute's database starting after ``base_seq`` (``history.rebuild_from_history``)."""
+        return Rebuild(self, base_seq)
+
+    def close(self) -> None:
+        with self.lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+
+class Rebuild:
+    """A recompute's database: the live rows up to ``base_seq`` (a partial recompute keeps what
+    came before its snapshot), then the sessions the rebuild closes, streamed in as it goes."""
+
+    def __init__(self, live: RatingHistory, base_seq: int) -> None:
+        self.path = live.path.with_name(FILE + ".rebuild")
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        self._w = _Writer(self.path)
+        if base_seq > 0 and live.path.exists():
+            db = self._w.db
+            db.execute("ATTACH DATABASE ? AS live", (str(live.path),))
+            db.execute("BEGIN")
+            db.execute("INSERT INTO players SELECT * FROM live.players")
+            db.execute("INSERT INTO servers SELECT * FROM live.servers")
+            db.execute("INSERT INTO sessions SELECT * FROM live.sessions WHERE seq <= ?", (base_seq,))
+            db.execute("COMMIT")
+            db.execute("DETACH DATABASE live")
+            self._w = _Writer(self.path)  # the name caches again, now with the copied rows
+
+    def sink(self, sessions: Sequence[Session]) -> None:
+        if sessions:
+            self._w.db.execute("BEGIN")
+            self._w.insert(sessions)
+            self._w.db.execute("COMMIT")
+
+    def drain(self, scopes: ScopeSet) -> None:
+        """Move what ``scopes`` closed so far into this database."""
+        if scopes.sessions is not None:
+            self.sink(scopes.sessions.take_closed())
+
+    def finish(self) -> Path:
+        self._w.close()
+        return self.path
+
+    def discard(self) -> None:
+        self._w.db.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------- reading
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One point of a rating chart."""
+
+    t: float
+    rating: float
+    display: float
+    tier: int
+
+
+class HistoryReader:
+    """Reads a player's sessions for the pages and the API: the database, the sessions closed
+    since the last checkpoint (not written yet) and the one in progress, newest first."""
+
+    def __init__(self, history: RatingHistory, scopes: Callable[[], ScopeSet]) -> None:
+        self.history = history
+        self._scopes = scopes
+        self._db: sqlite3.Connection | None = None
+        self._generation = -1
+
+    def _conn(self) -> sqlite3.Connection | None:
+        h = self.history
+        if self._db is None or self._generation != h.generation:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            if not h.path.exists():
+                return None
+            self._db = sqlite3.connect(f"file:{h.path}?mode=ro", uri=True, check_same_thread=False)
+            self._generation = h.generation
+        return self._db
+
+    def sessions(
+        self, player: str, *, since: float = -math.inf, until: float = math.inf, limit: int = 50
+    ) -> list[Session]:
+        """The player's sessions ending in [since, until], newest first, at most ``limit``."""
+        out: list[Session] = []
+        scopes = self._scopes()
+        tracker = scopes.sessions
+        eng = scopes.global_engine
+        i = eng.ids.get(player)
+        if tracker is not None and i is not None:
+            now = tracker.current(eng, i)
+            if now is not None and since <= now.t_end <= until:
+                out.append(now)
+            pending = [
+                s for s in reversed(tracker.closed) if s.player == player and since <= s.t_end <= until
+            ]
+            out.extend(pending)
+        db = self._conn()
+        if db is not None and len(out) < limit:
+            try:
+                rows = db.execute(
+                    "SELECT v.name, s.t_start, s.t_end, s.kills, s.deaths, s.rating_before,"
+                    " s.rating_after, s.display_after, s.tier_after, s.seq"
+                    " FROM sessions AS s JOIN players AS p ON p.id = s.player"
+                    " LEFT JOIN servers AS v ON v.id = s.server"
+                    " WHERE p.name = ? AND s.t_end BETWEEN ? AND ? ORDER BY s.t_end DESC LIMIT ?",
+                    (player, max(since, -1e300), min(until, 1e300), limit - len(out)),
+                ).fetchall()
+            except sqlite3.Error:
+                rows = []  # a database being replaced: the next request reads the new one
+            out.extend(Session(player, *r) for r in rows)
+        return out[:limit]
+
+    def points(
+        self, player: str, *, since: float = -math.inf, until: float = math.inf, limit: int = 500
+    ) -> list[Point]:
+        """The player's rating over time, oldest first: one point at the end of each session."""
+        return [
+            Point(s.t_end, s.rating_after, s.display_after, s.tier_after)
+            for s in reversed(self.sessions(player, since=since, until=until, limit=limit))
+        ]
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
