@@ -260,7 +260,7 @@ class ScopeSet:
         #: ``top``, the web pages and the API, still rated and still counted for others.
         self.hidden: set[str] = set()
         self.sessions: Sessions | None = (
-            Sessions(self.config.session_gap) if self.config.session_gap > 0 else None
+            Sessions(self.config.session_gap, params.late_tolerance) if self.config.session_gap > 0 else None
         )
         self.refused: Counter[str] = Counter()  # scopes not created (max_servers)
         self._event_params = replace(params, decay=False, idle_after=0.0)
@@ -456,7 +456,7 @@ class ScopeSet:
         out.hidden = {str(p) for p in state.get("hidden", ())}
         if out.sessions is not None and "sessions" in state:
             # A state from before the rating history starts with fresh (zero) counters.
-            out.sessions = Sessions.from_state(state["sessions"], config.session_gap)
+            out.sessions = Sessions.from_state(state["sessions"], config.session_gap, params.late_tolerance)
         out._servers = sum(1 for k in engines if k.startswith("server:"))
         # An event scope dropped from the config stays queryable, read-only.
         out.closed |= {k for k in engines if k.startswith("event:") and k not in event_keys}

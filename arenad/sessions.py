@@ -66,10 +66,14 @@ class Session:
 class Sessions:
     """Per-player session counters and the open sessions of one (the global) ladder."""
 
-    def __init__(self, gap: float) -> None:
+    def __init__(self, gap: float, tolerance: float = 0.0) -> None:
         if not (gap > 0 and math.isfinite(gap)):
             raise ValueError(f"session gap must be a positive number of seconds, got {gap!r}")
         self.gap = gap
+        #: The engine's rule for a kill it takes (ADRParams.late_tolerance), on a running clock:
+        #: so the kills counted do not depend on how the records are cut into tallies.
+        self.tolerance = tolerance
+        self.clock = -math.inf
         # Per player, as the engine numbers them: kills and deaths in the open session, the
         # server code of the latest event, the rating after the previous session (NaN: none).
         self.kills = array("I")
@@ -117,7 +121,18 @@ class Sessions:
         if _c_tally is not None and self.native:
             k = lo
             while k < hi:
-                k = _c_tally(records, k, hi, ids, self.kills, self.deaths, self.server, self.codes)
+                k, self.clock = _c_tally(
+                    records,
+                    k,
+                    hi,
+                    ids,
+                    self.kills,
+                    self.deaths,
+                    self.server,
+                    self.codes,
+                    self.clock,
+                    self.tolerance,
+                )
                 if k < hi:  # a server seen for the first time: give it a code, go on
                     rec = records[k]
                     assert isinstance(rec, tuple)
@@ -131,14 +146,19 @@ class Sessions:
         self, records: Sequence[JournalRecord | None], lo: int, hi: int, ids: Mapping[str, int]
     ) -> None:
         kills, deaths, where, code = self.kills, self.deaths, self.server, self.code
+        clock, tolerance = self.clock, self.tolerance
         for k in range(lo, hi):
             rec = records[k]
             if type(rec) is not tuple:
                 continue
+            t = rec[1]
+            if type(t) is not float or not math.isfinite(t) or t < clock - tolerance:
+                continue  # refused by the engine (out of order)
             a = ids.get(rec[2])
             v = ids.get(rec[3])
-            if a is None or v is None:
+            if a is None or v is None or a == v:
                 continue
+            clock = max(clock, t)
             c = code(rec[4])
             if kills[a] < _COUNT_MAX:
                 kills[a] += 1
@@ -146,6 +166,7 @@ class Sessions:
                 deaths[v] += 1
             where[a] = c
             where[v] = c
+        self.clock = clock
 
     # ------------------------------------------------------------------ ticks
     def tick(self, eng: Engine, t: float, seq: int) -> None:
@@ -245,11 +266,13 @@ class Sessions:
             "open": [[i, *s] for i, s in sorted(self.open.items())],
             "closed": [_session_row(s) for s in self.closed],
             "last_tick": self.last_tick,
+            "clock": self.clock,
         }
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any], gap: float) -> Sessions:
-        out = cls(gap)
+    def from_state(cls, state: Mapping[str, Any], gap: float, tolerance: float = 0.0) -> Sessions:
+        out = cls(gap, tolerance)
+        out.clock = float(state.get("clock", -math.inf))
         for name in ("kills", "deaths", "server", "after"):
             getattr(out, name).frombytes(state[name])
         n = len(out.kills)

@@ -49,5 +49,7 @@ def tally(
     deaths: Any,
     server: Any,
     codes: Mapping[str | None, int],
-) -> int:
+    clock: float,
+    tolerance: float,
+) -> tuple[int, float]:
     """The kill and death counts of arenad/sessions.py (arenad/core/_sessions.c)."""

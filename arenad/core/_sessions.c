@@ -1,16 +1,22 @@
 /* arenad.core._ladder.tally: the per-kill half of arenad/sessions.py `Sessions._tally_py` in C.
  *
  * For each kill record (a tuple (seq, t, attacker, victim, server, id)) of records[lo:hi] whose
- * two players the ladder tracks: one more kill for the attacker, one more death for the victim
- * (saturating at 2^32 - 1), and both players' server code set to the record's. Anything else
- * (None, a placement, a control record, an unknown player) is skipped, as in Python.
+ * two players the ladder tracks and that the engine took: one more kill for the attacker, one
+ * more death for the victim (saturating at 2^32 - 1), and both players' server code set to the
+ * record's. Anything else (None, a placement, a control record, an unknown player, a self-kill,
+ * a kill the engine refused as out of order) is skipped, as in Python. "Took" is decided by the
+ * engine's own rule on a running clock (``clock``: a kill more than ``tolerance`` before the
+ * newest one taken is refused, any other moves the clock on), so a tally over any cut of the
+ * records counts the same kills.
  *
- * Returns hi when done, or the index of the first record whose server has no code yet: the
- * caller assigns one (Sessions.code) and calls again from there. The columns are reached through
+ * Returns (next index, clock): hi when done, or the index of the first record whose server has
+ * no code yet: the caller assigns one (Sessions.code) and calls again from there. The columns are reached through
  * the buffer protocol (no private array layout); tests/core/test_sessions.py checks the C and
  * the Python tallies give the same columns on random streams.
  */
 #include "_native.h"
+
+#include <math.h>
 
 static int column(PyObject *o, Py_buffer *view, const char *format, const char *name) {
     if (PyObject_GetBuffer(o, view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) return -1;
@@ -24,13 +30,16 @@ static int column(PyObject *o, Py_buffer *view, const char *format, const char *
 
 static PyObject *tally(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 8)
-        return PyErr_Format(PyExc_TypeError, "tally(records, lo, hi, ids, kills, deaths, server, codes)");
+    if (nargs != 10)
+        return PyErr_Format(PyExc_TypeError,
+                            "tally(records, lo, hi, ids, kills, deaths, server, codes, clock, tolerance)");
     PyObject *records = args[0], *ids = args[3], *codes = args[7];
     if (!PyList_CheckExact(records) || !PyDict_Check(ids) || !PyDict_Check(codes))
         return PyErr_Format(PyExc_TypeError, "tally: records must be a list, ids and codes dicts");
     Py_ssize_t lo = PyLong_AsSsize_t(args[1]), hi = PyLong_AsSsize_t(args[2]);
     if ((lo == -1 || hi == -1) && PyErr_Occurred()) return NULL;
+    double clock = PyFloat_AsDouble(args[8]), tolerance = PyFloat_AsDouble(args[9]);
+    if ((clock == -1.0 || tolerance == -1.0) && PyErr_Occurred()) return NULL;
     if (lo < 0) lo = 0;
     if (hi > PyList_GET_SIZE(records)) hi = PyList_GET_SIZE(records);
     Py_buffer kv, dv, sv;
@@ -55,6 +64,10 @@ static PyObject *tally(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     for (; k < hi; k++) {
         PyObject *rec = PyList_GET_ITEM(records, k);
         if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 6) continue;
+        PyObject *t_obj = PyTuple_GET_ITEM(rec, 1);
+        if (!PyFloat_CheckExact(t_obj)) continue;
+        double t = PyFloat_AS_DOUBLE(t_obj);
+        if (!isfinite(t) || t < clock - tolerance) continue; /* refused by the engine */
         PyObject *a_obj = PyDict_GetItemWithError(ids, PyTuple_GET_ITEM(rec, 2));
         if (!a_obj) {
             if (PyErr_Occurred()) goto fail;
@@ -67,6 +80,7 @@ static PyObject *tally(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         }
         Py_ssize_t a = PyLong_AsSsize_t(a_obj), v = PyLong_AsSsize_t(v_obj);
         if ((a == -1 || v == -1) && PyErr_Occurred()) goto fail;
+        if (a == v) continue;                                   /* a self-kill: refused */
         if (a < 0 || v < 0 || a >= size || v >= size) continue; /* columns not grown: Python's to do */
         PyObject *server = PyTuple_GET_ITEM(rec, 4);
         if (server != last_server) {
@@ -81,6 +95,7 @@ static PyObject *tally(PyObject *module, PyObject *const *args, Py_ssize_t nargs
             last_server = server;
             last_code = (uint16_t)(code < 0 || code > 0xFFFF ? 0 : code);
         }
+        if (t > clock) clock = t;
         if (kills[a] != UINT32_MAX) kills[a]++;
         if (deaths[v] != UINT32_MAX) deaths[v]++;
         where[a] = last_code;
@@ -89,7 +104,7 @@ static PyObject *tally(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     PyBuffer_Release(&kv);
     PyBuffer_Release(&dv);
     PyBuffer_Release(&sv);
-    return PyLong_FromSsize_t(k < hi ? stop : hi);
+    return Py_BuildValue("nd", k < hi ? stop : hi, clock);
 fail:
     PyBuffer_Release(&kv);
     PyBuffer_Release(&dv);
@@ -98,7 +113,7 @@ fail:
 }
 
 static PyMethodDef tally_def = {"tally", (PyCFunction)(void (*)(void))tally, METH_FASTCALL,
-                                "tally(records, lo, hi, ids, kills, deaths, server, codes) -> next index"};
+                                "tally(records, lo, hi, ids, kills, deaths, server, codes, clock, tolerance) -> (next, clock)"};
 
 int sessions_register(PyObject *module) {
     PyObject *f = PyCFunction_NewEx(&tally_def, NULL, NULL);

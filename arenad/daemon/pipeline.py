@@ -116,6 +116,8 @@ class Pipeline:
         self.notifier = notifier if notifier is not None and notifier.enabled else None
         #: Events given up at stop while the journal still failed (UDP only: MQTT redelivers).
         self.dropped: Counter[str] = Counter()
+        #: When each source last delivered events (the daemon's wall clock), for status pages.
+        self.last_event: dict[str, float] = {}
         # The one engine step that waits for the journal (records, batches, the journal size to
         # cut back to) while intake is paused.
         self.held: tuple[list[JournalRecord], list[Batch], int] | None = None
@@ -174,6 +176,7 @@ class Pipeline:
                 continue
             source = batch.source
             st.received[source] += n
+            self.last_event[source] = now
             taken += n
             for k in range(0, n, slice_events):
                 part = items if n <= slice_events else items[k : k + slice_events]

@@ -43,16 +43,51 @@ def records(draw: Any) -> list[JournalRecord | None]:
 
 
 @settings(max_examples=200, deadline=None)
-@given(records(), st.integers(0, 130), st.integers(0, 130))
-def test_the_c_tally_is_the_python_tally(recs: list[JournalRecord | None], lo: int, hi: int) -> None:
+@given(records(), st.integers(0, 130), st.integers(0, 130), st.integers(0, 130))
+def test_the_c_tally_is_the_python_tally(
+    recs: list[JournalRecord | None], lo: int, cut: int, hi: int
+) -> None:
     ids = {f"p{k}": k for k in range(10)}  # "ghost", p10, p11... are not tracked
-    c, py = Sessions(60.0), Sessions(60.0)
+    c, py = Sessions(60.0, 2.0), Sessions(60.0, 2.0)
     py.native = False
     for s in (c, py):
         s.code("eu-1")  # one server known beforehand, the others met on the way
-        s.tally(recs, lo, hi, ids)
+        s.tally(recs, lo, min(cut, hi), ids)  # cut in two: the running clock carries over
+        s.tally(recs, max(lo, min(cut, hi)), hi, ids)
     assert (c.kills, c.deaths, c.server) == (py.kills, py.deaths, py.server)
-    assert c.servers == py.servers and c.codes == py.codes
+    assert c.servers == py.servers and c.codes == py.codes and c.clock == py.clock
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 14), st.integers(0, 14), st.floats(-40, 6)), max_size=300), st.data()
+)
+def test_the_kills_counted_are_the_kills_the_engine_took(
+    steps: list[tuple[int, int, float]], data: Any
+) -> None:
+    """Late, out-of-order, self- and newcomers' kills, cut into tallies anywhere: each player's
+    count is the number of kills the engine took (applied or filtered) as attacker."""
+    recs: list[JournalRecord | None] = []
+    t = 1.8e9
+    for k, (a, v, dt) in enumerate(steps):
+        t += max(dt, 0.0)
+        recs.append((k + 1, t + min(dt, 0.0), f"p{a}", f"p{v}", "eu-1", None))  # dt < 0: late
+    eng = Engine(ADRParams())
+    took: Counter[str] = Counter()
+    for rec in recs:
+        assert isinstance(rec, tuple)
+        if eng.apply(rec[2], rec[3], rec[1]).name in ("APPLIED", "FILTERED"):
+            took[rec[2]] += 1
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(recs)), max_size=4)))
+    for native in (True, False):
+        scopes = ScopeSet(ADRParams(), ScopeConfig(session_gap=1800.0))
+        assert scopes.sessions is not None
+        scopes.sessions.native = native
+        applier = Applier(scopes, rules="fixed")
+        for lo, hi in itertools.pairwise([0, *cuts, len(recs)]):
+            applier.apply_chunk(list(recs[lo:hi]))
+        counted = {n: scopes.sessions.kills[i] for n, i in scopes.global_engine.ids.items()}
+        assert {n: k for n, k in counted.items() if k} == dict(took)
 
 
 def stream(seed: int, hours: float = 6.0) -> list[JournalRecord]:
