@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from arenad_feeds.source import SourceParser
 from hypothesis import given
 from hypothesis import strategies as st
 
 from arenad.identity import MAX_ACCOUNT, SteamIdError, canonical_steam_id, steam2
-from arenad_feeds.source import SourceParser
 
 accounts = st.integers(min_value=1, max_value=MAX_ACCOUNT)
 

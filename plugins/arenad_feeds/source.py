@@ -13,8 +13,9 @@ properties such as ``(headshot)`` or ``(victim_position "...")`` are allowed and
 Players are rated by Steam ID in one spelling whatever the game logs (``STEAM_0:1:61``,
 ``STEAM_1:1:61`` and ``[U:1:123]`` are all ``steam:[U:1:123]``, ``arenad.identity``; a malformed
 one is a ``Reject(MALFORMED)`` saying why); bots, whose Steam ID field is ``BOT``, by name
-(``bot:Name``: the ``bot:`` prefix is how the journal knows a bot, ``arenad.gates``). Suicides, world deaths, team
-kills and (optionally) kills involving bots are ``NonKill`` items: counted, never rated.
+(``bot:Name``: the ``bot:`` prefix is how the journal knows a bot, ``arenad.gates``).
+Suicides, world deaths, team kills and (optionally) kills involving bots are ``NonKill`` items:
+counted, never rated.
 
 Over UDP (``logaddress_add``) each datagram carries one line behind ``FF FF FF FF`` and a type
 byte: ``R`` + line, or ``S`` + secret + line when the server sets ``sv_logsecret``.
@@ -58,8 +59,8 @@ from typing import Any, Final, Literal
 
 from arenad.core.events import MAX_NAME_BYTES, KillEvent, Reject, RejectReason
 from arenad.errors import ConfigError, ConfigProblem, InputError
-from arenad.identity import SteamIdError, canonical_steam_id
 from arenad.feeds import FeedItem, IdentityUpdate, MatchBoundary, NonKill
+from arenad.identity import SteamIdError, canonical_steam_id
 
 #: Longest datagram or line accepted, in bytes (Source itself sends lines far shorter).
 MAX_LINE_BYTES: Final = 4096
