@@ -334,6 +334,13 @@ class Applier:
                             tally.rejected[REJECT_REASONS[outcome]] += 1
                             if outcome is player_cap:
                                 records[k] = None
+                        if sessions is not None:
+                            # Tallied at the kill itself: a refused kill (late, out of order) of
+                            # players first rated later counts the same in every driver, however
+                            # its records are cut into steps (a lazy tally at the end of a run
+                            # would count it once they are known).
+                            sessions.tally(records, tallied, k + 1, engine.ids)
+                            tallied = k + 1
                 elif (
                     run is not None
                     and (
