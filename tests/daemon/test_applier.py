@@ -270,7 +270,10 @@ class TestFourDrivers:
     def test_the_gates_gate_alike_in_every_driver(self, tmp_path: Path, kinds: str) -> None:
         """min_players, bots excluded and the boosting report (issue 17): the same kills gated,
         the same state, live, in recovery, rebuild, replay and offline recompute."""
-        gates = '[gates]\nmin_players = 6\nwindow = 15.0\nbots = "excluded"\nsuspects = true\nsuspect_min_kills = 3\n'
+        gates = (
+            '[gates]\nmin_players = 6\nwindow = 15.0\nbots = "excluded"\n'
+            "suspects = true\nsuspect_min_kills = 3\n"
+        )
         states = four_drivers(tmp_path, stream(), kinds, gates)
         assert len(set(states.values())) == 1, {k: len(v) for k, v in states.items()}
         state = msgpack.unpackb(states["live"], raw=False, strict_map_key=False)["state"]
