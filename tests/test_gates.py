@@ -65,7 +65,9 @@ class TestMinPlayers:
 class TestBots:
     """The bot policy: rated, excluded, or rated and hidden."""
 
-    records = staticmethod(lambda: [kill(1, T0, "bot:Sarge", "alice"), kill(2, T0 + 10, "alice", "bob")])
+    @staticmethod
+    def records() -> list[JournalRecord | None]:
+        return [kill(1, T0, "bot:Sarge", "alice"), kill(2, T0 + 10, "alice", "bob")]
 
     def test_excluded_bots_rate_nothing_and_do_not_count_as_players(self) -> None:
         scopes = gated_scopes(bots="excluded", min_players=3)
