@@ -251,7 +251,7 @@ class Exclusions:
         return None
 
     def next_id(self) -> int:
-        return 1 + max((r.id for r in self.rules), default=0)
+        return 1 + max((r.id for r in self.rules if r.id > 0), default=0)  # feeds' merges are < 0
 
     def export(self) -> list[dict[str, Any]]:
         return [r.as_dict() for r in self.rules]

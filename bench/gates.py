@@ -24,7 +24,7 @@ from arenad.core.params import ADRParams
 from arenad.daemon.applier import Applier
 from arenad.feeds import feed_plugin
 from arenad.gates import GateConfig
-from arenad.records import JournalRecord
+from arenad.records import JournalRecord, Record
 from arenad.scopes import ScopeConfig, ScopeSet
 from arenad.simulate import Population, ScenarioPlan, simulate_stream
 
@@ -40,7 +40,7 @@ def simulated() -> dict[str, Any]:
     sim = simulate_stream(Population(), ScenarioPlan(scenarios=("farming",)))
     farm = sim.truth.farming
     assert farm is not None
-    records: list[JournalRecord] = [(k + 1, t, a, v, None, None) for k, (a, v, t) in enumerate(sim.events)]
+    records: list[Record] = [(k + 1, t, a, v, None, None) for k, (a, v, t) in enumerate(sim.events)]
     last_farm = max(farm.farming_events)
     out: dict[str, Any] = {"kills": len(records), "farming_kills": len(farm.farming_events)}
     for p in (1e-3, 1e-6, 1e-9):
@@ -68,7 +68,9 @@ def simulated() -> dict[str, Any]:
             a2.apply_all(records[k:j])
             k = j
             days += 1
-            alarms += sum(1 for s in sc2.gates.suspects() if (s.attacker, s.victim) != (farm.attacker, farm.victim))
+            alarms += sum(
+                1 for s in sc2.gates.suspects() if (s.attacker, s.victim) != (farm.attacker, farm.victim)
+            )
         out[f"p={p:g}"] = {
             "farm_reported": hit,
             "farm": None if row is None else row.as_dict(),
@@ -98,11 +100,12 @@ def real() -> dict[str, Any]:
     for path in sorted((ROOT / "tests" / "data" / "realdata").glob("*.log")):
         records = real_kills(path)
         row: dict[str, Any] = {"kills": len(records)}
-        for label, gates in (
+        configs: list[tuple[str, dict[str, Any]]] = [
             ("none", {}),
             ("bots=excluded", {"bots": "excluded"}),
             *((f"min_players={m}", {"min_players": m}) for m in (4, 8, 10)),
-        ):
+        ]
+        for label, gates in configs:
             sc = scopes(**gates)
             applier = Applier(sc)
             applier.apply_all(records)

@@ -173,11 +173,25 @@ class Applier:
             name = str(a["name"])
             if f"season:{name}" not in sc.engines:  # admin.py refuses a used name before journaling
                 sc.start_season(name, rec.t, Reset(float(a["alpha"]), float(a["lambda"])))
-        elif rec.op in ("exclude", "merge"):  # a merge is a rule with ``into`` (scopes.Rule)
+        elif rec.op == "exclude":
             if self.rules == "journal":
                 rule = Rule.from_dict(rec.args)
                 if all(r.id != rule.id for r in sc.exclusions.rules):
                     sc.exclusions.add(rule)
+        elif rec.op == "merge":  # a merge is a rule with ``into`` (scopes.Rule)
+            if self.rules == "journal":
+                # A feed's alias (no id: the feed cannot know the admin's ids) is numbered by its
+                # record, below zero, so it never takes an id the admin hands out.
+                rule = Rule.from_dict(rec.args if "id" in rec.args else {**rec.args, "id": -rec.seq})
+                ex = sc.exclusions
+                # A feed re-reading its log after a crash sends its alias again: one merge per player.
+                if (
+                    all(r.id != rule.id for r in ex.rules)
+                    and rule.player is not None
+                    and ex.resolve(rule.player) == rule.player
+                    and ex.resolve(rule.into or "") != rule.player
+                ):
+                    ex.add(rule)
         elif rec.op == "include":
             if self.rules == "journal":
                 sc.exclusions.remove(int(rec.args["id"]))

@@ -131,3 +131,47 @@ def test_gates_report_and_merge_end_to_end(tmp_path: Path) -> None:
     want = msgpack.unpackb(msgpack.packb(ref.export_state()), raw=False, strict_map_key=False)
     assert saved["engines"]["global"] == want["engines"]["global"]
     assert saved["gates"]["gated"] == want["gates"]["gated"]
+
+
+def test_a_name_later_seen_with_a_guid_is_merged_from_the_log(tmp_path: Path) -> None:
+    """The OpenArena feed's alias is journaled as a merge where the log says it; a recompute
+    then re-rates the name's games as the guid's (issue 17)."""
+    log = tmp_path / "games.log"
+    config = tmp_path / "a.toml"
+    config.write_text(
+        f'[daemon]\nmax_event_age = 1e10\n[[tail]]\nformat = "openarena"\npath = "{log}"\nfrom_start = true\n'
+    )
+
+    def info(slot: int, name: str, at: int, guid: str = "") -> str:
+        return f"  0:{at:02d} ClientUserinfoChanged: {slot} n\\{name}\\t\\0\\model\\sarge\\id\\{guid}\n"
+
+    def kill(k: int, v: int, at: int) -> str:
+        return f"  {at // 60}:{at % 60:02d} Kill: {k} {v} 10: x killed y by MOD_RAILGUN\n"
+
+    lines = ["  0:00 InitGame: \\g_gametype\\0\\mapname\\dm\\g_timestamp\\2026-11-30 19:20:08\n"]
+    lines += [info(0, "Alice", 1, "A1"), info(1, "Bob", 2), info(2, "Carol", 3, "C1")]
+    lines += [kill(1, 0, 10), kill(1, 2, 20), kill(0, 1, 30)]  # Bob, without a guid yet
+    lines += [info(1, "Bob", 40, "G1")]  # Bob's client now logs a guid
+    lines += [kill(1, 0, 50 + 10 * k) for k in range(3)]
+    log.write_text("".join(lines))
+    d = DaemonProcess(tmp_path / "state", config=config).start(udp="off")
+    try:
+        d.wait_for(lambda s: s["journal_seq"] >= 7 and s["queue_depth"] == 0, 60.0)
+        aliases = d.admin({"op": "aliases"})
+        assert aliases["aliases"] == {"name:Bob": "guid:G1"}, aliases
+        (rule,) = aliases["merges"]
+        assert rule["id"] < 0 and rule["player"] == "name:Bob"  # a feed's merge: no admin id taken
+        assert d.query({"op": "get", "player": "name:Bob"})["ok"]  # rated live until a recompute
+        asked = d.admin({"op": "recompute"})
+        assert asked["ok"], asked
+        d.wait_for(lambda s: s["recompute"]["runs"] >= 1 and not s["recompute"]["running"], 60.0)
+        gone = d.query({"op": "get", "player": "name:Bob"})
+        assert gone["ok"] is False and "unknown player" in gone["error"]
+        assert d.query({"op": "get", "player": "guid:G1"})["ok"]
+        undone = d.admin({"op": "include", "rule": rule["id"]})
+        assert undone["ok"] and undone["recompute"] is not None, undone
+        d.wait_for(lambda s: s["recompute"]["runs"] >= 2 and not s["recompute"]["running"], 60.0)
+        assert d.query({"op": "get", "player": "name:Bob"})["ok"]  # the merge undone, re-rated
+        assert d.stop() == 0
+    finally:
+        d.kill()
