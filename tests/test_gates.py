@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 import random
+import struct
+import zlib
 
 import msgpack
 import pytest
 
 from arenad.core.params import ADRParams
 from arenad.daemon.applier import Applier
+from arenad.daemon.state import read_records
 from arenad.gates import GateConfig, Gates, binomial_tail
 from arenad.records import ControlRecord, JournalRecord, PlacementRecord
 from arenad.scopes import Rule, ScopeConfig, ScopeSet
@@ -192,3 +195,21 @@ class TestMerges:
         assert scopes.exclusions.resolve("a") == "c"
         assert "into" not in Rule(3, player="x").as_dict()
         assert Rule.from_dict(Rule(4, player="a", into="b").as_dict()).into == "b"
+
+
+class TestOldJournal:
+    """The journal format is unchanged: a journal written before the gates is gated when read."""
+
+    def test_a_chunk_of_the_first_layout_is_gated_by_its_bot_ids(self) -> None:
+        # [first_seq, rows] with rows [t, attacker, victim, server, id]: the layout arenad has
+        # always written for kills (daemon/state.py), bots named bot:<name> by both feeds.
+        body = msgpack.packb(
+            [1, [[T0, "bot:Sarge", "alice", "eu-1", None], [T0 + 5, "alice", "bob", "eu-1", None]]],
+            use_bin_type=True,
+        )
+        data = struct.pack("<II", len(body), zlib.crc32(body)) + body
+        records, end = read_records(data)
+        assert end == len(data) and len(records) == 2
+        scopes = gated_scopes(bots="excluded")
+        applier = run(scopes, list(records))
+        assert applier.tally.gated == {"bot": 1} and applier.tally.applied == 1
