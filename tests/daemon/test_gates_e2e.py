@@ -6,7 +6,10 @@ engine state, with the same events applied offline by the applier under the rule
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,12 @@ suspect_min_kills = 8
 [history]
 ratings = false
 """
+
+
+def arenad(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "arenad", *args], capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def stream(now: float) -> list[dict[str, Any]]:
@@ -122,6 +131,14 @@ def test_gates_report_and_merge_end_to_end(tmp_path: Path) -> None:
         assert onto["ok"] is False and "merge into that player" in onto["error"]
         assert d.admin({"op": "exclusions"})["rules"] == []  # merges are listed by op aliases
         assert d.metric("arenad_merges") == 1
+        # The same through the command line.
+        sock = str(d.addresses["admin"])
+        cli = arenad("merge", "--list", "--socket", sock)
+        assert cli.returncode == 0 and json.loads(cli.stdout)["aliases"] == {"alt": "p001"}, cli.stderr
+        cli = arenad("suspects", "--limit", "1", "--socket", sock)
+        assert cli.returncode == 0 and json.loads(cli.stdout)["suspects"][0]["attacker"] == "booster"
+        cli = arenad("merge", "p001", "p001", "--socket", sock)
+        assert cli.returncode == 1 and "into itself" in json.loads(cli.stdout)["error"]
         assert d.stop() == 0
     finally:
         d.kill()
