@@ -10,6 +10,7 @@ Newline-delimited JSON like the query protocol, one request per line, one answer
     {"op": "unhide", "player": "alice"}
     {"op": "hidden"}
     {"op": "merge", "into": "guid:ABC", "player": "name:Tony", "reason": "same person"}
+    {"op": "merge_steam_ids"}
     {"op": "aliases"}
     {"op": "suspects", "limit": 20}
     {"op": "exclusions"}
@@ -40,6 +41,7 @@ import structlog
 from arenad.daemon.config import parse_hostport
 from arenad.daemon.types import ControlRequest
 from arenad.errors import ArenadError
+from arenad.identity import SteamIdError, canonical_steam_id
 from arenad.scopes import NAME_PATTERN, RESET_PRESETS, Reset, Rule, ScopeSet
 
 log = structlog.get_logger("arenad.admin")
@@ -52,6 +54,7 @@ ADMIN_OPS = (
     "unhide",
     "hidden",
     "merge",
+    "merge_steam_ids",
     "aliases",
     "suspects",
     "exclusions",
@@ -300,6 +303,27 @@ class AdminHandler:
             seq = await self._journal("merge", rule.as_dict())
         status = await self._recompute_for(rule, seq, f"merge rule {rule.id}")
         return {"rule": rule.as_dict(), "seq": seq, "recompute": status}
+
+    async def _op_merge_steam_ids(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The upgrade to one spelling of Steam IDs (issue 17): every player rated under a Steam2
+        spelling (``steam:STEAM_1:X:Y``, as the Source feed wrote them before) is merged into
+        ``steam:[U:1:Z]``, and one recompute re-rates their history under it."""
+        d = self.daemon
+        merged: list[dict[str, Any]] = []
+        async with self._lock:
+            ex = d.scopes.exclusions
+            for name in sorted(d.scopes.global_engine.ids):
+                if not name.startswith("steam:STEAM_") or ex.resolve(name) != name:
+                    continue
+                try:
+                    into = "steam:" + canonical_steam_id(name.removeprefix("steam:"))
+                except SteamIdError:
+                    continue  # not an account: left as it is
+                rule = Rule(id=ex.next_id(), player=name, into=into, reason="one spelling of Steam IDs")
+                await self._journal("merge", rule.as_dict())  # applied on return: next_id moves on
+                merged.append(rule.as_dict())
+        status = d.request_recompute(None, None, "canonical Steam IDs") if merged else None
+        return {"merges": merged, "recompute": status}
 
     async def _op_aliases(self, req: dict[str, Any]) -> dict[str, Any]:
         """The merges in force (undo one with op include and its rule id) and whom each player

@@ -94,6 +94,11 @@ def add_admin_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     mp.add_argument("player", nargs="?", help="the player merged into INTO")
     mp.add_argument("--list", action="store_true", help="list the merges (aliases)")
     mp.add_argument("--remove", type=int, metavar="RULE", help="undo a merge (its rule id) and recompute")
+    mp.add_argument(
+        "--steam-ids",
+        action="store_true",
+        help="merge players of old Steam ID spellings into [U:1:Z] (upgrade)",
+    )
     mp.add_argument("--reason", default="")
     _connection_args(mp)
 
@@ -176,6 +181,8 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
             return {"op": "aliases"}
         if args.remove is not None:
             return {"op": "include", "rule": args.remove}
+        if args.steam_ids:
+            return {"op": "merge_steam_ids"}
         if not args.into or not args.player:
             raise ArenadError("give INTO and PLAYER (or --list, or --remove RULE)")
         return {"op": "merge", "into": args.into, "player": args.player, "reason": args.reason}

@@ -192,3 +192,41 @@ def test_a_name_later_seen_with_a_guid_is_merged_from_the_log(tmp_path: Path) ->
         assert d.stop() == 0
     finally:
         d.kill()
+
+
+def test_old_steam_id_spellings_are_merged_into_one(tmp_path: Path) -> None:
+    """The upgrade path of canonical Steam IDs: players a daemon rated under STEAM_X:Y:Z become
+    steam:[U:1:Z] by one admin op and one recompute; ids that are no account stay."""
+    config = tmp_path / "a.toml"
+    config.write_text("[history]\nratings = false\n")
+    t0 = time.time() - 1000.0
+    names = [
+        "steam:STEAM_1:0:5",
+        "steam:[U:1:10]",
+        "steam:STEAM_0:1:7",
+        "steam:STEAM_9:0:1",
+        "steam:[U:1:99]",
+    ]
+    rng = random.Random(3)
+    events = []
+    for k in range(300):
+        a, v = rng.sample(names, 2)
+        events.append({"t": t0 + 3.0 * k, "attacker": a, "victim": v})
+    d = DaemonProcess(tmp_path / "state", config=config).start()
+    try:
+        d.send_events(events)
+        d.wait_for(lambda s: s["journal_seq"] >= len(events) and s["queue_depth"] == 0, 60.0)
+        out = d.admin({"op": "merge_steam_ids"})
+        assert out["ok"], out
+        assert {(m["player"], m["into"]) for m in out["merges"]} == {
+            ("steam:STEAM_1:0:5", "steam:[U:1:10]"),
+            ("steam:STEAM_0:1:7", "steam:[U:1:15]"),
+        }
+        d.wait_for(lambda s: s["recompute"]["runs"] >= 1 and not s["recompute"]["running"], 60.0)
+        ladder = {row["player"] for row in d.ladder()}
+        assert ladder == {"steam:[U:1:10]", "steam:[U:1:15]", "steam:STEAM_9:0:1", "steam:[U:1:99]"}
+        again = d.admin({"op": "merge_steam_ids"})
+        assert again["ok"] and again["merges"] == [] and again["recompute"] is None
+        assert d.stop() == 0
+    finally:
+        d.kill()
