@@ -125,6 +125,12 @@ def stream(*, cheat_before_exclude: bool = False) -> list[JournalRecord]:
         if k == 1300:  # issue 17: "alt" is rated as p005 from here on (alt plays only after it)
             merge = Rule(3, player="alt", into="p005", reason="same person")
             out.append(ControlRecord(seq(), t, "merge", merge.as_dict()))
+        if k == 1400:  # a feed's alias (the tail journals it without an id: arenad.feeds.Alias)
+            out.append(
+                ControlRecord(seq(), t, "merge", {"player": "name:alt2", "into": "p006", "reason": "log"})
+            )
+        if k > 1400 and k % 83 == 0:
+            out.append(kill(seq(), t, v, "name:alt2", server))
         if k > 1300 and k % 89 == 0:
             out.append(kill(seq(), t, "alt", v, server))
             out.append(PlacementRecord(seq(), t, (("alt",), (v,)), server, f"alt{k}"))
@@ -259,11 +265,13 @@ class TestFourDrivers:
         assert len(set(states.values())) == 1, {k: len(v) for k, v in states.items()}
         state = msgpack.unpackb(states["live"], raw=False, strict_map_key=False)["state"]
         assert {"global", "season:s1", "event:cup", "server:eu-1"} <= set(state["engines"])
-        assert [r["id"] for r in state["exclusions"]] == [1, 3]  # the cheat rule and the merge
+        ids = [r["id"] for r in state["exclusions"]]
+        assert ids[:2] == [1, 3] and ids[2] < 0  # the cheat rule, the merge, the feed's merge
         assert state["excluded"] > 0  # the cheater's kills after the rule
         assert state["hidden"] == ["p001"]  # hidden, still rated
         assert "p001" in state["engines"]["global"]["names"]
         assert "alt" not in state["engines"]["global"]["names"]  # merged into p005
+        assert "name:alt2" not in state["engines"]["global"]["names"]
         assert "gates" not in state  # no gate configured: the state keeps its bytes
 
     @pytest.mark.parametrize("kinds", [ALL_KINDS, '["global"]'])
