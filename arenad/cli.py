@@ -283,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _emit(args)
         if args.command == "query":
             return run_query(args)
-        if args.command in ("season", "exclude", "hide", "recompute", "admin"):
+        if args.command in ("season", "exclude", "hide", "merge", "suspects", "recompute", "admin"):
             return run_admin(args)
         if args.command == "generate":
             return _generate(args)

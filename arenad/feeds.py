@@ -56,7 +56,17 @@ class NonKill:
     victim: str
 
 
-FeedItem = KillEvent | PlacementEvent | Reject | IdentityUpdate | MatchBoundary | NonKill
+@dataclass(frozen=True, slots=True)
+class Alias:
+    """``player`` (an identity the feed rated before) is ``into`` from now on: a name later seen
+    with a guid (issue 17). The daemon journals it as a merge (``scopes.Rule`` with ``into``)."""
+
+    player: str
+    into: str
+    t: float
+
+
+FeedItem = KillEvent | PlacementEvent | Reject | IdentityUpdate | MatchBoundary | NonKill | Alias
 
 
 @runtime_checkable

@@ -258,6 +258,9 @@ def replay_scoped(
     summary.rejected.update(tally.rejected)
     if tally.excluded:
         summary.rejected["excluded"] += tally.excluded  # kills; an excluded placement is only read
+    summary.filtered += sum(tally.gated.values())  # the anti-boosting gates' (arenad.gates)
+    if tally.gated:
+        summary.log = {**(summary.log or {}), **{f"gated_{k}": v for k, v in sorted(tally.gated.items())}}
     summary.seconds = time.perf_counter() - started
     summary.players = len(scopes.global_engine)
     return summary

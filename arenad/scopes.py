@@ -30,6 +30,7 @@ from typing import Any
 
 from arenad.core.engine import Engine, Outcome
 from arenad.core.params import ADRParams
+from arenad.gates import GateConfig, Gates, is_bot
 from arenad.sessions import Sessions
 
 SCOPE_KINDS = ("global", "server", "season", "event")
@@ -99,6 +100,8 @@ class ScopeConfig:
     #: Play sessions of the global ladder for the rating history (``arenad.sessions``): the idle
     #: seconds of event time that end one; 0 keeps none (``[history] ratings``).
     session_gap: float = 0.0
+    #: The anti-boosting gates and the boosting report (``[gates]``, ``arenad.gates``).
+    gates: GateConfig = GateConfig()  # noqa: RUF009 - frozen, so one shared default is safe
 
     def on(self, kind: str) -> bool:
         return kind in self.kinds
@@ -130,7 +133,12 @@ def calendar_next(calendar: str, t: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One exclusion: every kill involving ``player``, or every kill of ``server`` in [start, end)."""
+    """One exclusion: every kill involving ``player``, or every kill of ``server`` in [start, end);
+    or, with ``into``, a merge (issue 17): ``player``'s events are rated as ``into``'s.
+
+    A merge is a rule like an exclusion so that it has the same two readings (``applier.py``):
+    from its record on live, over the whole history in a recompute, which is what re-rates the
+    merged player's past as the other's; ``include`` of its id undoes it the same way."""
 
     id: int
     player: str | None = None
@@ -138,11 +146,14 @@ class Rule:
     start: float = -math.inf
     end: float = math.inf
     reason: str = ""
+    into: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "reason": self.reason}
         if self.player is not None:
             out["player"] = self.player
+        if self.into is not None:  # only on merges: exclusion rules keep their bytes
+            out["into"] = self.into
         if self.server is not None:
             out["server"] = self.server
             out["from"] = None if math.isinf(self.start) else self.start
@@ -160,6 +171,7 @@ class Rule:
             start=-math.inf if start is None else float(start),
             end=math.inf if end is None else float(end),
             reason=str(d.get("reason", "")),
+            into=None if d.get("into") is None else str(d["into"]),
         )
 
     def earliest(self) -> float:
@@ -174,13 +186,39 @@ class Exclusions:
     rules: list[Rule] = field(default_factory=list)
     _players: frozenset[str] = frozenset()
     _servers: tuple[Rule, ...] = ()
+    #: Merged player -> the player it is rated as (chains followed to their end).
+    aliases: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._index()
 
     def _index(self) -> None:
-        self._players = frozenset(r.player for r in self.rules if r.player is not None)
+        self._players = frozenset(r.player for r in self.rules if r.player is not None and r.into is None)
         self._servers = tuple(r for r in self.rules if r.server is not None)
+        direct = {r.player: r.into for r in self.rules if r.player is not None and r.into is not None}
+        aliases = {}
+        for p in direct:
+            q, hops = p, 0
+            while q in direct and hops <= len(direct):  # admin.py refuses a cycle; this bounds one
+                q, hops = direct[q], hops + 1
+            aliases[p] = q
+        self.aliases = aliases
+
+    def merges(self) -> list[Rule]:
+        return [r for r in self.rules if r.into is not None]
+
+    def resolve(self, player: str) -> str:
+        """The player ``player`` is rated as (itself unless merged)."""
+        return self.aliases.get(player, player)
+
+    def touches(self, attacker: str, victim: str, t: float, server: str | None) -> bool:
+        """The rules exclude the kill or merge one of its players (a recompute starts there)."""
+        aliases = self.aliases
+        return attacker in aliases or victim in aliases or self.excludes(attacker, victim, t, server)
+
+    def touches_placement(self, groups: Sequence[Sequence[str]], t: float, server: str | None) -> bool:
+        aliases = self.aliases
+        return any(p in aliases for g in groups for p in g) or self.excludes_placement(groups, t, server)
 
     def __bool__(self) -> bool:
         return bool(self.rules)
@@ -213,7 +251,7 @@ class Exclusions:
         return None
 
     def next_id(self) -> int:
-        return 1 + max((r.id for r in self.rules), default=0)
+        return 1 + max((r.id for r in self.rules if r.id > 0), default=0)  # feeds' merges are < 0
 
     def export(self) -> list[dict[str, Any]]:
         return [r.as_dict() for r in self.rules]
@@ -259,6 +297,8 @@ class ScopeSet:
         #: Players who asked to be left out of public lists (admin op ``hide``): absent from
         #: ``top``, the web pages and the API, still rated and still counted for others.
         self.hidden: set[str] = set()
+        #: The anti-boosting gates' state, only when one is configured (``arenad.gates``).
+        self.gates: Gates | None = Gates(self.config.gates) if self.config.gates.gating else None
         self.sessions: Sessions | None = (
             Sessions(self.config.session_gap, params.late_tolerance) if self.config.session_gap > 0 else None
         )
@@ -287,6 +327,10 @@ class ScopeSet:
                 raise KeyError(f"scope kind {kind!r} is not enabled ([scopes] kinds)")
             raise KeyError(f"no scope {key!r} (no events in it yet)")
         return key
+
+    def is_hidden(self, player: str) -> bool:
+        """Left out of public lists: asked to be (``hide``), or a bot under ``[gates] bots = "hidden"``."""
+        return player in self.hidden or (self.config.gates.bots == "hidden" and is_bot(player))
 
     def keys(self) -> list[str]:
         return list(self.engines)
@@ -367,8 +411,15 @@ class ScopeSet:
 
     def reconfigure(self, config: ScopeConfig) -> None:
         """New windows, seasons or calendar (the admin ``reload``); kinds stay as they are."""
+        old = self.config.gates
         self.config = config
         self._season_quiet_until = -math.inf
+        if not config.gates.gating:
+            self.gates = None
+        elif self.gates is None:
+            self.gates = Gates(config.gates)  # presence is known from here on
+        elif config.gates != old:
+            self.gates.config = config.gates
 
     def _server_scope(self, key: str) -> Engine | None:
         if self._servers >= self.config.max_servers:
@@ -431,6 +482,8 @@ class ScopeSet:
             # Only when someone is hidden: a state without hidden players keeps its bytes.
             **({"hidden": sorted(self.hidden)} if self.hidden else {}),
             **({"sessions": self.sessions.export_state()} if self.sessions is not None else {}),
+            # Only with a gate configured, likewise.
+            **({"gates": self.gates.export_state()} if self.gates is not None else {}),
         }
 
     @classmethod
@@ -457,6 +510,9 @@ class ScopeSet:
         if out.sessions is not None and "sessions" in state:
             # A state from before the rating history starts with fresh (zero) counters.
             out.sessions = Sessions.from_state(state["sessions"], config.session_gap, params.late_tolerance)
+        if out.gates is not None and "gates" in state:
+            # A state from before the gates starts with nobody seen: the gate fills in a window.
+            out.gates = Gates.from_state(state["gates"], config.gates)
         out._servers = sum(1 for k in engines if k.startswith("server:"))
         # An event scope dropped from the config stays queryable, read-only.
         out.closed |= {k for k in engines if k.startswith("event:") and k not in event_keys}

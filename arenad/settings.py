@@ -30,6 +30,7 @@ from arenad.daemon.config import (
     AdminSettings,
     Array,
     DaemonSettings,
+    GatesSettings,
     HistorySettings,
     LogSettings,
     MetricsSettings,
@@ -63,15 +64,16 @@ class Settings(Section):
     scopes: ScopesSettings = Field(default_factory=ScopesSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
     history: HistorySettings = Field(default_factory=HistorySettings)
+    gates: GatesSettings = Field(default_factory=GatesSettings)  # anti-boosting (issue 17)
     notify: NotifySettings = Field(default_factory=NotifySettings)  # rating changes to MQTT
     source_udp: HlUdpSettings = Field(default_factory=HlUdpSettings)  # Source-engine UDP logs
     tail: Array[TailSpec] = ()  # [[tail]]: game-server log files to follow
 
     def scope_config(self) -> ScopeConfig:
-        """The scopes the daemon keeps: ``[scopes]``, and the play sessions of the rating
-        history when ``[history] ratings`` is on."""
+        """The scopes the daemon keeps: ``[scopes]``, the play sessions of the rating history
+        when ``[history] ratings`` is on, and the ``[gates]``."""
         gap = self.history.session_gap if self.history.ratings else 0.0
-        return replace(self.scopes.config(), session_gap=gap)
+        return replace(self.scopes.config(), session_gap=gap, gates=self.gates.config())
 
     @model_validator(mode="after")
     def _two_connections(self) -> Self:

@@ -9,6 +9,10 @@ Newline-delimited JSON like the query protocol, one request per line, one answer
     {"op": "hide", "player": "alice", "reason": "asked by mail"}
     {"op": "unhide", "player": "alice"}
     {"op": "hidden"}
+    {"op": "merge", "into": "guid:ABC", "player": "name:Tony", "reason": "same person"}
+    {"op": "merge_steam_ids"}
+    {"op": "aliases"}
+    {"op": "suspects", "limit": 20}
     {"op": "exclusions"}
     {"op": "recompute", "scope": "server:eu-1", "from": 1764000000}
     {"op": "recompute_status"}
@@ -17,7 +21,7 @@ Newline-delimited JSON like the query protocol, one request per line, one answer
 Who may ask: anyone who can open the Unix socket (``[admin] unix``, mode 0600 inside the state
 directory: the filesystem decides), or a TCP client (``[admin] listen``) whose every request
 carries ``"token"`` equal to the contents of ``[admin] token_file`` (compared in constant time).
-Operations that change what later events do (season start, exclusion rules) are journaled as
+Operations that change what later events do (season start, exclusion rules, merges) are journaled as
 control records before they take effect, so recovery and recompute apply them at the same point.
 """
 
@@ -37,6 +41,7 @@ import structlog
 from arenad.daemon.config import parse_hostport
 from arenad.daemon.types import ControlRequest
 from arenad.errors import ArenadError
+from arenad.identity import SteamIdError, canonical_steam_id
 from arenad.scopes import NAME_PATTERN, RESET_PRESETS, Reset, Rule, ScopeSet
 
 log = structlog.get_logger("arenad.admin")
@@ -48,6 +53,10 @@ ADMIN_OPS = (
     "hide",
     "unhide",
     "hidden",
+    "merge",
+    "merge_steam_ids",
+    "aliases",
+    "suspects",
     "exclusions",
     "recompute",
     "recompute_status",
@@ -265,6 +274,81 @@ class AdminHandler:
     async def _op_hidden(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"players": sorted(self.daemon.scopes.hidden)}
 
+    async def _op_merge(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Rate ``player`` as ``into`` from now on, and re-rate ``player``'s history as ``into``'s
+        by a recompute from its first event (a journaled rule, like an exclusion: issue 17)."""
+        d = self.daemon
+        into = _str(req, "into", required=True)
+        player = _str(req, "player", required=True)
+        assert into is not None and player is not None
+        reason = req.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > 1000:
+            raise AdminError("field 'reason' must be a string of at most 1000 characters")
+        async with self._lock:
+            ex = d.scopes.exclusions
+            known = d.scopes.global_engine.ids
+            if into == player:
+                raise AdminError(f"cannot merge {player!r} into itself")
+            if ex.resolve(player) != player:
+                raise AdminError(
+                    f"{player!r} is merged into {ex.resolve(player)!r} already (see op 'aliases')"
+                )
+            if ex.resolve(into) != into:
+                raise AdminError(f"{into!r} is merged into {ex.resolve(into)!r}: merge into that player")
+            if into not in known:
+                raise AdminError(f"no player {into!r}: merge into a player who has played")
+            if player not in known:
+                raise AdminError(f"no player {player!r}: nothing to merge")
+            rule = Rule(id=ex.next_id(), player=player, into=into, reason=reason)
+            seq = await self._journal("merge", rule.as_dict())
+        status = await self._recompute_for(rule, seq, f"merge rule {rule.id}")
+        return {"rule": rule.as_dict(), "seq": seq, "recompute": status}
+
+    async def _op_merge_steam_ids(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The upgrade to one spelling of Steam IDs (issue 17): every player rated under a Steam2
+        spelling (``steam:STEAM_1:X:Y``, as the Source feed wrote them before) is merged into
+        ``steam:[U:1:Z]``, and one recompute re-rates their history under it."""
+        d = self.daemon
+        merged: list[dict[str, Any]] = []
+        async with self._lock:
+            ex = d.scopes.exclusions
+            for name in sorted(d.scopes.global_engine.ids):
+                if not name.startswith("steam:STEAM_") or ex.resolve(name) != name:
+                    continue
+                try:
+                    into = "steam:" + canonical_steam_id(name.removeprefix("steam:"))
+                except SteamIdError:
+                    continue  # not an account: left as it is
+                rule = Rule(id=ex.next_id(), player=name, into=into, reason="one spelling of Steam IDs")
+                await self._journal("merge", rule.as_dict())  # applied on return: next_id moves on
+                merged.append(rule.as_dict())
+        status = d.request_recompute(None, None, "canonical Steam IDs") if merged else None
+        return {"merges": merged, "recompute": status}
+
+    async def _op_aliases(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The merges in force (undo one with op include and its rule id) and whom each player
+        is rated as."""
+        ex = self.daemon.scopes.exclusions
+        return {"merges": [r.as_dict() for r in ex.merges()], "aliases": dict(sorted(ex.aliases.items()))}
+
+    async def _op_suspects(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The boosting report (``arenad.gates``): pairs far above chance, most suspicious first."""
+        limit = req.get("limit", 50)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10000:
+            raise AdminError("field 'limit' must be an integer in 1..10000")
+        gates = self.daemon.scopes.gates
+        if gates is None or not gates.config.suspects:
+            raise AdminError("the boosting report is off: set [gates] suspects = true")
+        found = gates.suspects()
+        cfg = gates.config
+        return {
+            "suspects": [s.as_dict() for s in found[:limit]],
+            "total": len(found),
+            "window": cfg.suspect_window,
+            "p": cfg.suspect_p,
+            "min_kills": cfg.suspect_min_kills,
+        }
+
     async def _recompute_for(self, rule: Rule, upto: int, reason: str) -> dict[str, Any] | None:
         """Recompute from the first event the rule matches (None when it matches nothing)."""
         d = self.daemon
@@ -281,7 +365,8 @@ class AdminHandler:
     # -- reads and jobs --------------------------------------------------------------------------
     async def _op_exclusions(self, req: dict[str, Any]) -> dict[str, Any]:
         d = self.daemon
-        return {"rules": d.scopes.exclusions.export(), "excluded": d.excluded}
+        rules = [r.as_dict() for r in d.scopes.exclusions.rules if r.into is None]  # merges: op aliases
+        return {"rules": rules, "excluded": d.excluded}
 
     async def _op_recompute(self, req: dict[str, Any]) -> dict[str, Any]:
         d = self.daemon

@@ -1,4 +1,5 @@
-"""Admin commands: ``arenad season``, ``exclude``, ``hide``, ``recompute``, ``admin``.
+"""Admin commands: ``arenad season``, ``exclude``, ``hide``, ``merge``, ``suspects``, ``recompute``,
+``admin``.
 
 Each sends one request to the running daemon's admin socket (``[admin] unix`` inside the state
 directory, found through ``--config``; or ``--socket PATH``; or ``--connect HOST:PORT`` with
@@ -88,6 +89,23 @@ def add_admin_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     hp.add_argument("--reason", default="")
     _connection_args(hp)
 
+    mp = sub.add_parser("merge", help="rate PLAYER as INTO, re-rating PLAYER's history as INTO's (admin)")
+    mp.add_argument("into", nargs="?", help="the player who stays")
+    mp.add_argument("player", nargs="?", help="the player merged into INTO")
+    mp.add_argument("--list", action="store_true", help="list the merges (aliases)")
+    mp.add_argument("--remove", type=int, metavar="RULE", help="undo a merge (its rule id) and recompute")
+    mp.add_argument(
+        "--steam-ids",
+        action="store_true",
+        help="merge players of old Steam ID spellings into [U:1:Z] (upgrade)",
+    )
+    mp.add_argument("--reason", default="")
+    _connection_args(mp)
+
+    sp = sub.add_parser("suspects", help="the boosting report: pairs far above chance (admin)")
+    sp.add_argument("--limit", type=int, default=50)
+    _connection_args(sp)
+
     ap = sub.add_parser("admin", help="send one raw admin request (JSON) to the daemon")
     ap.add_argument("json", help='e.g. \'{"op": "scopes"}\'')
     _connection_args(ap)
@@ -158,6 +176,18 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
         if args.undo:
             return {"op": "unhide", "player": args.player}
         return {"op": "hide", "player": args.player, "reason": args.reason}
+    if args.command == "merge":
+        if args.list:
+            return {"op": "aliases"}
+        if args.remove is not None:
+            return {"op": "include", "rule": args.remove}
+        if args.steam_ids:
+            return {"op": "merge_steam_ids"}
+        if not args.into or not args.player:
+            raise ArenadError("give INTO and PLAYER (or --list, or --remove RULE)")
+        return {"op": "merge", "into": args.into, "player": args.player, "reason": args.reason}
+    if args.command == "suspects":
+        return {"op": "suspects", "limit": args.limit}
     if args.command == "recompute":
         if args.status:
             return {"op": "recompute_status"}

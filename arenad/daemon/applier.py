@@ -1,8 +1,8 @@
 """The applier: the one rule that puts journal records into a ``ScopeSet`` (issue 15, "One applier").
 
 Sans-io, in the manner of mitmproxy's layers: ``Applier.run`` applies kills, match placements
-and control records (season start, exclude, include, hide, unhide) to every scope they belong to and yields
-what its driver must do before it goes on:
+and control records (season start, exclude, merge, include, hide, unhide) to every scope they
+belong to and yields what its driver must do before it goes on:
 
 * ``RecalibrationDue(engine, t)``: ``engine`` recalibrates at ``t`` before the next kill is
   applied to it (``Engine.recalibrate(t)``, or begin / plan in a worker thread / finish). The
@@ -26,6 +26,12 @@ Exclusion rules have two readings, chosen by ``rules``:
   over the whole stream (a recompute applies the rules in force now to the past: an included
   rule's events come back, an excluded player's earlier games go), so exclude / include records
   change nothing.
+
+A merge (``scopes.Rule`` with ``into``) is a rule with the same two readings: a merged player's
+kills and placements are applied under the name they are merged into. The anti-boosting gates
+(``arenad.gates``, issue 17) judge a kill after the rules and before any scope rates it; a gated
+kill is counted by reason (``Tally.gated``) and set to None. With a gate, a merge or a rule every
+kill takes the per-kill path; without, the C kernel's runs stay the common case.
 
 The state change is the applier's; persisting it (checkpoints, the admin's answers, the metrics)
 is the daemon's. A refused kill (the player cap), an excluded record and a control record are set
@@ -102,11 +108,14 @@ class Tally:
     excluded: int = 0  # kills an exclusion rule kept from every scope
     excluded_placements: int = 0  # placements likewise
     placements: int = 0  # placements learnt
+    gated: Counter[str] = field(default_factory=Counter)  # kills a gate kept from rating, by reason
 
     def clear(self) -> None:
         self.applied = self.filtered = self.excluded = self.excluded_placements = self.placements = 0
         if self.rejected:
             self.rejected.clear()
+        if self.gated:
+            self.gated.clear()
 
 
 class Applier:
@@ -157,7 +166,7 @@ class Applier:
 
     # ------------------------------------------------------------------ control records
     def control(self, rec: ControlRecord) -> None:
-        """A journaled admin operation (season start, exclude, include, hide, unhide)."""
+        """A journaled admin operation (season start, exclude, merge, include, hide, unhide)."""
         sc = self.scopes
         if rec.op == "season_start":
             a = rec.args
@@ -169,6 +178,20 @@ class Applier:
                 rule = Rule.from_dict(rec.args)
                 if all(r.id != rule.id for r in sc.exclusions.rules):
                     sc.exclusions.add(rule)
+        elif rec.op == "merge":  # a merge is a rule with ``into`` (scopes.Rule)
+            if self.rules == "journal":
+                # A feed's alias (no id: the feed cannot know the admin's ids) is numbered by its
+                # record, below zero, so it never takes an id the admin hands out.
+                rule = Rule.from_dict(rec.args if "id" in rec.args else {**rec.args, "id": -rec.seq})
+                ex = sc.exclusions
+                # A feed re-reading its log after a crash sends its alias again: one merge per player.
+                if (
+                    all(r.id != rule.id for r in ex.rules)
+                    and rule.player is not None
+                    and ex.resolve(rule.player) == rule.player
+                    and ex.resolve(rule.into or "") != rule.player
+                ):
+                    ex.add(rule)
         elif rec.op == "include":
             if self.rules == "journal":
                 sc.exclusions.remove(int(rec.args["id"]))
@@ -219,7 +242,8 @@ class Applier:
         observe = self.observe
         timer = self.timer or _no_timer
         slice_events = self.slice_events
-        simple = len(scopes.config.kinds) == 1 and not scopes.exclusions
+        simple = len(scopes.config.kinds) == 1 and not scopes.exclusions and scopes.gates is None
+        gates = scopes.gates
         apply = engine.apply
         applied_outcome = Outcome.APPLIED
         filtered_outcome = Outcome.FILTERED
@@ -248,9 +272,11 @@ class Applier:
                 if isinstance(rec, ControlRecord):
                     self.control(rec)
                     records[k] = None  # nothing for the shadows
-                    simple = len(scopes.config.kinds) == 1 and not scopes.exclusions
+                    simple = len(scopes.config.kinds) == 1 and not scopes.exclusions and gates is None
                     work += 1
                 elif isinstance(rec, PlacementRecord):
+                    if scopes.exclusions.aliases:
+                        rec = records[k] = _merged_placement(rec, scopes.exclusions.aliases)  # noqa: PLW2901 - the record as rated
                     if scopes.exclusions and scopes.exclusions.excludes_placement(
                         rec.placements, rec.t, rec.server
                     ):
@@ -265,6 +291,19 @@ class Applier:
                 elif not simple or notify:
                     work += 1
                     _, t, attacker, victim, server, _i = rec
+                    aliases = scopes.exclusions.aliases
+                    if aliases and (attacker in aliases or victim in aliases):
+                        # A merged player's kill is the other's (the shadows and notices see that too).
+                        attacker, victim = aliases.get(attacker, attacker), aliases.get(victim, victim)
+                        rec = records[k] = (rec[0], t, attacker, victim, server, rec[5])  # noqa: PLW2901 - likewise
+                    if (
+                        gates is not None
+                        and not scopes.exclusions.excludes(attacker, victim, t, server)
+                        and (reason := gates.check(attacker, victim, t, server)) is not None
+                    ):
+                        records[k] = None  # gated before rating: the shadows skip it too
+                        tally.gated[reason] += 1
+                        continue
                     engines = scopes.targets(attacker, victim, t, server)
                     if engines is None:
                         records[k] = None  # excluded: the shadows skip it too
@@ -273,6 +312,7 @@ class Applier:
                         if score_kill is not None:
                             score_kill(engines[0], attacker, victim)  # §3.1, before the update
                         outcome = applied_outcome
+                        mu_before = 0.0
                         for n, eng in enumerate(engines):
                             # Each scope recalibrates exactly where Engine.feed would.
                             if t >= eng.next_recalibration and eng.recalibration_due_before(
@@ -284,6 +324,9 @@ class Applier:
                                     sessions.tick(engine, t, rec[0])
                                 yield RecalibrationDue(eng, t)
                                 tally = self.tally
+                            if n == 0 and gates is not None:  # for the boosting report's gain
+                                i = eng.ids.get(attacker)
+                                mu_before = eng.mu(i) if i is not None else eng.params.mu0
                             if notify:
                                 before = (eng.tier_index(attacker), eng.tier_index(victim))
                                 out = eng.apply(attacker, victim, t)
@@ -296,6 +339,9 @@ class Applier:
                                 outcome = out
                         if outcome is applied_outcome:
                             applied += 1
+                            if gates is not None:
+                                gain = engine.mu(engine.ids[attacker]) - mu_before
+                                gates.counted(attacker, victim, t, server, gain)
                         elif outcome is filtered_outcome:
                             tally.filtered += 1
                         else:
@@ -365,3 +411,16 @@ class Applier:
             self.sample = sample
             if sessions is not None:  # the records handled (all of them, unless one raised)
                 sessions.tally(records, tallied, upto, engine.ids)
+
+
+def _merged_placement(rec: PlacementRecord, aliases: dict[str, str]) -> PlacementRecord:
+    """``rec`` with merged players under the names they are rated as (a player twice in one match,
+    through a merge, keeps the better place)."""
+    seen: set[str] = set()
+    groups = []
+    for group in rec.placements:
+        g = tuple(p for p in dict.fromkeys(aliases.get(p, p) for p in group) if p not in seen)
+        seen.update(g)
+        if g:
+            groups.append(g)
+    return PlacementRecord(rec.seq, rec.t, tuple(groups), rec.server, rec.id)

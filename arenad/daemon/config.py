@@ -36,6 +36,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from arenad.core.params import PAPER
 from arenad.errors import ConfigProblem
+from arenad.gates import BOT_POLICIES, GateConfig
 from arenad.models import discover_models, is_offline
 from arenad.models.adr import VARIANTS
 from arenad.scopes import (
@@ -520,6 +521,29 @@ class ScopesSettings(Section):
             seasons=tuple(sorted((SeasonStart(e.name, e.start) for e in self.season), key=lambda s: s.start)),
             season_reset=self.reset(),
             events=tuple(EventWindow(e.name, e.start, e.end, frozenset(e.servers)) for e in self.event),
+        )
+
+
+class GatesSettings(Section):
+    """``[gates]``: anti-boosting gates before rating, and the boosting report (``arenad.gates``)."""
+
+    min_players: Annotated[int, Field(ge=0, le=64)] = 0  # distinct players seen on the server; 0: off
+    window: Annotated[float, Field(ge=10.0, le=86400.0)] = 600.0  # seconds of event time "seen" lasts
+    bots: Annotated[str, one_of(BOT_POLICIES)] = "rated"  # rated | excluded | hidden
+    suspects: bool = False  # keep the boosting report (admin op suspects, a metric)
+    suspect_window: Annotated[float, Field(ge=60.0, le=30 * 86400.0)] = 86400.0
+    suspect_min_kills: Annotated[int, Field(ge=2)] = 10
+    suspect_p: Annotated[float, Field(gt=0.0, lt=1.0)] = 1e-6
+
+    def config(self) -> GateConfig:
+        return GateConfig(
+            min_players=self.min_players,
+            window=self.window,
+            bots=self.bots,
+            suspects=self.suspects,
+            suspect_window=self.suspect_window,
+            suspect_min_kills=self.suspect_min_kills,
+            suspect_p=self.suspect_p,
         )
 
 

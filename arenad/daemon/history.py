@@ -360,9 +360,9 @@ def first_match_time(
     for rec in History(state_dir, archive).records(_first_seq(state_dir, archive), upto):
         if isinstance(rec, tuple):
             _s, t, a, v, server, _i = rec
-            if exclusions.excludes(a, v, t, server):
+            if exclusions.touches(a, v, t, server):  # excluded, or a merged player's
                 return t
-        elif isinstance(rec, PlacementRecord) and exclusions.excludes_placement(
+        elif isinstance(rec, PlacementRecord) and exclusions.touches_placement(
             rec.placements, rec.t, rec.server
         ):
             return rec.t

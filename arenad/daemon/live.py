@@ -60,6 +60,8 @@ class LiveState:
             self.filtered["cooldown"] += tally.filtered
         if tally.rejected:
             self.rejected.update(tally.rejected)
+        if tally.gated:  # the anti-boosting gates' reasons (arenad.gates), beside "cooldown"
+            self.filtered.update(tally.gated)
 
     def checkpoint_payload(self, models: object) -> dict[str, Any]:
         """What a checkpoint holds (``state.Checkpoints.write``); ``models`` the shadows' state."""

@@ -232,6 +232,12 @@ def _scope_families(snap: MetricsSnapshot) -> Iterator[Metric]:
         value=snap.excluded,
     )
     yield GaugeMetricFamily("arenad_exclusion_rules", "Exclusion rules in force.", value=snap.exclusion_rules)
+    yield GaugeMetricFamily("arenad_merges", "Merges in force (admin op merge).", value=snap.merges)
+    yield GaugeMetricFamily(
+        "arenad_boosting_suspects",
+        "Pairs whose share of the attacker's rated kills is far above chance ([gates] suspects).",
+        value=snap.boosting_suspects,
+    )
     yield GaugeMetricFamily(
         "arenad_recompute_running",
         "1 while a recompute runs in the background.",

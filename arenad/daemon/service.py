@@ -179,6 +179,11 @@ class Daemon:
         """World kills, suicides, team kills... seen in game-server logs (never rated)."""
         return merged(s.nonkills() for s in self.sources)
 
+    def _suspects(self) -> int:
+        """Pairs of the boosting report, worked out at the scrape (never per kill)."""
+        gates = self.state.scopes.gates
+        return len(gates.suspects()) if gates is not None and gates.config.suspects else 0
+
     def snapshot(self) -> MetricsSnapshot:
         st = self.state
         eng = st.engine
@@ -221,7 +226,9 @@ class Daemon:
             scope_counts=st.scopes.kind_counts(),
             scopes_refused=sum(st.scopes.refused.values()),
             excluded=st.excluded,
-            exclusion_rules=len(st.scopes.exclusions.rules),
+            exclusion_rules=len(st.scopes.exclusions.rules) - len(st.scopes.exclusions.merges()),
+            merges=len(st.scopes.exclusions.merges()),
+            boosting_suspects=self._suspects(),
             recompute_running=self.recomputer.status.running,
             recompute_runs=self.recomputer.status.runs,
             recompute_failures=self.recomputer.status.failures,

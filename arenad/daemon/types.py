@@ -143,6 +143,8 @@ class MetricsSnapshot:
     scopes_refused: int = 0
     excluded: int = 0
     exclusion_rules: int = 0
+    boosting_suspects: int = 0  # pairs of the boosting report now (arenad.gates)
+    merges: int = 0  # merge rules in force
     recompute_running: bool = False
     recompute_runs: int = 0
     recompute_failures: int = 0

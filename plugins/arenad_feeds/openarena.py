@@ -19,8 +19,13 @@ change, so a slot always means whoever the log last said it was.
 
 **Identities** (option ``identity``):
 
-- ``"guid"`` (default): ``guid:<id>`` when the server logs a non-empty ``id`` (or ``cl_guid``);
-  otherwise ``bot:<name>`` for a bot and ``name:<name>`` for a human;
+- ``"guid"`` (default): ``bot:<name>`` for a bot (always: the ``bot:`` namespace is how the
+  journal knows a bot, ``arenad.gates``); ``guid:<id>`` for a human when the server logs a
+  non-empty ``id`` (or ``cl_guid``), otherwise ``name:<name>``. A name first seen without a
+  guid and later with one joins it: the feed yields ``Alias("name:<name>", "guid:<id>")`` once,
+  which the daemon journals as a merge (``arenad aliases`` lists it, ``include`` undoes it), so
+  a recompute re-rates the name's games as the guid's. Only the first guid a name shows joins
+  it (a second guid under the same name is another player who took the name);
 - ``"name"``: ``bot:<name>`` or ``name:<name>`` even when a guid is logged.
 
 ``<name>`` is the display name with colour codes (``^1``, ``^a``: ioquake3's ``Q_IsColorString``)
@@ -88,7 +93,7 @@ from typing import Any, TypeVar
 
 from arenad.core.events import MAX_NAME_BYTES, KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.errors import ConfigError, ConfigProblem
-from arenad.feeds import FeedItem, IdentityUpdate, MatchBoundary, NonKill
+from arenad.feeds import Alias, FeedItem, IdentityUpdate, MatchBoundary, NonKill
 
 #: ioquake3's MAX_CLIENTS: entity numbers below it are client slots.
 MAX_CLIENTS = 64
@@ -100,6 +105,8 @@ WORLD = 1022
 FIRST_TEAM_GAMETYPE = 3
 #: Team numbers of the red and blue teams (0 is "free", 3 spectators).
 _PLAYING_TEAMS = (1, 2)
+#: Most guid-less names remembered for aliases (a flood of invented names stops here).
+MAX_UNGUIDED = 100_000
 #: What the game calls a player whose cleaned name is empty.
 _UNNAMED = "UnnamedPlayer"
 
@@ -246,6 +253,9 @@ class OpenArenaParser:
         # After Exit: the time of the Exit line and the (score, player) rows read since.
         self._exit_t: float | None = None
         self._scores: list[tuple[int, str]] = []
+        # Names rated as name:<name> (no guid yet), and names that have joined a guid (issue 17).
+        self._unguided: set[str] = set()
+        self._joined: set[str] = set()
         self._handlers: dict[str, Callable[[int, str, float], list[FeedItem]]] = {
             "Kill": self._kill,
             "ClientUserinfoChanged": self._userinfo,
@@ -299,6 +309,8 @@ class OpenArenaParser:
             "match_open": self._match_open,
             "exit_t": self._exit_t,
             "scores": [[score, player] for score, player in self._scores],
+            "unguided": sorted(self._unguided),
+            "joined": sorted(self._joined),
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -323,11 +335,15 @@ class OpenArenaParser:
         scores = _field(
             {"scores": state.get("scores", [])}, "scores", lambda v: [(int(s), str(p)) for s, p in v]
         )
+        # Absent from states written before aliases: no name seen yet.
+        unguided = _field({"v": state.get("unguided", [])}, "v", lambda v: {str(n) for n in v})
+        joined = _field({"v": state.get("joined", [])}, "v", lambda v: {str(n) for n in v})
         # Assigned only once every field has been read, so a refused state changes nothing.
         self._clients, self._anchor, self._gametype = clients, anchor, gametype
         self._map_index, self._map_tag, self._line, self._line_in_map = map_index, map_tag, line, line_in_map
         self._last_t, self._match_open = last_t, match_open
         self._exit_t, self._scores = exit_t, scores
+        self._unguided, self._joined = unguided, joined
 
     def _malformed(self, what: str, text: str) -> Reject:
         # The line number and the start of the text let an operator find the line; the quote is
@@ -440,10 +456,18 @@ class OpenArenaParser:
         team_text = info.get("t", "0").strip()
         team = int(team_text) if _SMALL_INT.fullmatch(team_text) else 0
         guid = (info.get("id") or info.get("cl_guid") or "").strip()
-        if guid and self.options.identity == "guid":
+        out: list[FeedItem] = []
+        if bot:
+            player = "bot:" + name
+        elif guid and self.options.identity == "guid":
             player = "guid:" + guid
+            if name in self._unguided and name not in self._joined and not _too_long(player):
+                self._joined.add(name)  # once: a later guid under this name is someone else
+                out.append(Alias("name:" + name, player, self._last_t or 0.0))
         else:
-            player = ("bot:" if bot else "name:") + name
+            player = "name:" + name
+            if self.options.identity == "guid" and len(self._unguided) < MAX_UNGUIDED:
+                self._unguided.add(name)
         if _too_long(player):
             return [
                 Reject(
@@ -452,7 +476,8 @@ class OpenArenaParser:
                 )
             ]
         self._clients[slot] = _Client(player, name, bot, team)
-        return [IdentityUpdate(str(slot), player, name, bot)]
+        out.append(IdentityUpdate(str(slot), player, name, bot))
+        return out
 
     def _disconnect(self, game_seconds: int, payload: str, received_at: float) -> list[FeedItem]:
         self._clock(game_seconds, received_at)

@@ -10,9 +10,12 @@ A log line is ``L MM/DD/YYYY - HH:MM:SS: <event>``; the events that matter for r
 The bracketed positions are optional (CS:GO and CS2 write them, TF2 does not) and trailing
 properties such as ``(headshot)`` or ``(victim_position "...")`` are allowed and not used.
 
-Players are rated by Steam ID (``steam:STEAM_1:0:123`` or ``steam:[U:1:123]``, as the server logs
-it); bots, whose Steam ID field is ``BOT``, by name (``bot:Name``). Suicides, world deaths, team
-kills and (optionally) kills involving bots are ``NonKill`` items: counted, never rated.
+Players are rated by Steam ID in one spelling whatever the game logs (``STEAM_0:1:61``,
+``STEAM_1:1:61`` and ``[U:1:123]`` are all ``steam:[U:1:123]``, ``arenad.identity``; a malformed
+one is a ``Reject(MALFORMED)`` saying why); bots, whose Steam ID field is ``BOT``, by name
+(``bot:Name``: the ``bot:`` prefix is how the journal knows a bot, ``arenad.gates``).
+Suicides, world deaths, team kills and (optionally) kills involving bots are ``NonKill`` items:
+counted, never rated.
 
 Over UDP (``logaddress_add``) each datagram carries one line behind ``FF FF FF FF`` and a type
 byte: ``R`` + line, or ``S`` + secret + line when the server sets ``sv_logsecret``.
@@ -57,6 +60,7 @@ from typing import Any, Final, Literal
 from arenad.core.events import MAX_NAME_BYTES, KillEvent, Reject, RejectReason
 from arenad.errors import ConfigError, ConfigProblem, InputError
 from arenad.feeds import FeedItem, IdentityUpdate, MatchBoundary, NonKill
+from arenad.identity import SteamIdError, canonical_steam_id
 
 #: Longest datagram or line accepted, in bytes (Source itself sends lines far shorter).
 MAX_LINE_BYTES: Final = 4096
@@ -79,7 +83,8 @@ _CHANGED_NAME = re.compile(r'changed name to "([^"]*)"', re.DOTALL)
 # Parsed from the end: names may contain '<', '>' and anything else but '"', while the uid,
 # the Steam ID and the team never contain '<' or '>'.
 _PLAYER = re.compile(r"(.*)<(-?\d+)><([^<>]*)><([^<>]*)>", re.DOTALL)
-_STEAM_ID = re.compile(r"STEAM_\d:[01]:\d{1,10}|\[U:\d:\d{1,10}\]")
+# A Steam2 id (STEAM_<digit>...), not STEAM_ID_PENDING / STEAM_ID_LAN (no account yet).
+_STEAM2_START = re.compile(r"STEAM_[0-9]")
 _WORLD_TRIGGERED = re.compile(r'World triggered "([^"]*)"(.*)', re.DOTALL)
 _MAP = re.compile(r'(Loading|Started) map "([^"]*)"(?: .*)?', re.DOTALL)
 _PROPERTY = re.compile(r'\((\w+) "([^"]*)"\)')
@@ -219,8 +224,12 @@ def _identity(p: _Player) -> str | Reject:
         if not p.name:
             return Reject(RejectReason.MISSING_FIELD, "bot without a name")
         identity = "bot:" + p.name
-    elif _STEAM_ID.fullmatch(p.steam_id):
-        identity = "steam:" + p.steam_id
+    elif p.steam_id.startswith("[U:") or _STEAM2_START.match(p.steam_id):
+        # One account, one player: STEAM_0:X:Y, STEAM_1:X:Y and [U:1:Z] are all [U:1:Z].
+        try:
+            identity = "steam:" + canonical_steam_id(p.steam_id)
+        except SteamIdError as e:
+            return Reject(RejectReason.MALFORMED, f"bad Steam ID for {p.name[:40]!r}: {e}")
     else:
         # STEAM_ID_PENDING, STEAM_ID_LAN, Console, HLTV, "": nothing stable to rate.
         return Reject(RejectReason.MISSING_FIELD, f"no Steam ID for {p.name!r}: {p.steam_id!r}")

@@ -48,6 +48,8 @@ ALSO_PURE: dict[str, frozenset[str]] = {
     # supplies the clock that times updates).
     "records.py": frozenset(),
     "sessions.py": frozenset(),
+    "gates.py": frozenset(),
+    "identity.py": frozenset(),
     "daemon/applier.py": frozenset(),
 }
 #: What a pure module may import from arenad: other pure modules only.
@@ -59,6 +61,8 @@ PURE_PACKAGES = (
     "arenad.decode",
     "arenad.records",
     "arenad.sessions",
+    "arenad.gates",
+    "arenad.identity",
     "arenad.daemon.applier",
 )
 

@@ -54,7 +54,7 @@ def kill(seq: int, t: float, a: str, v: str, server: str | None = "eu-1") -> Jou
     return (seq, t, a, v, server, None)
 
 
-def settings_for(tmp_path: Path, state: Path, kinds: str) -> Settings:
+def settings_for(tmp_path: Path, state: Path, kinds: str, extra: str = "") -> Settings:
     path = tmp_path / f"arenad-{state.name}.toml"
     path.write_text(
         f"""
@@ -70,7 +70,7 @@ kinds = {kinds}
 name = "cup"
 start = {T0 + 900.0}
 end = {T0 + 1800.0}
-"""
+{extra}"""
     )
     return load_settings(path)
 
@@ -78,7 +78,7 @@ end = {T0 + 1800.0}
 def stream(*, cheat_before_exclude: bool = False) -> list[JournalRecord]:
     """Kills (cooldown repeats, self-kills, late and out-of-order ones, newcomers throughout, over
     several recalibration intervals), placements, a season start, two exclusion rules and the
-    inclusion of one of them, as the engine task journals them."""
+    inclusion of one of them, a merge, bots, as the engine task journals them."""
     rng = random.Random(15)
     out: list[JournalRecord] = []
     t = T0
@@ -122,6 +122,22 @@ def stream(*, cheat_before_exclude: bool = False) -> list[JournalRecord]:
             )
         if k == 1900:
             out.append(ControlRecord(seq(), t, "unhide", {"player": "p002"}))
+        if k == 1300:  # issue 17: "alt" is rated as p005 from here on (alt plays only after it)
+            merge = Rule(3, player="alt", into="p005", reason="same person")
+            out.append(ControlRecord(seq(), t, "merge", merge.as_dict()))
+        if k == 1400:  # a feed's alias (the tail journals it without an id: arenad.feeds.Alias)
+            out.append(
+                ControlRecord(seq(), t, "merge", {"player": "name:alt2", "into": "p006", "reason": "log"})
+            )
+        if k > 1400 and k % 83 == 0:
+            out.append(kill(seq(), t, v, "name:alt2", server))
+        if k > 1300 and k % 89 == 0:
+            out.append(kill(seq(), t, "alt", v, server))
+            out.append(PlacementRecord(seq(), t, (("alt",), (v,)), server, f"alt{k}"))
+        if k % 41 == 0:  # a bot (the bot: namespace, arenad.gates)
+            out.append(
+                kill(seq(), t, "bot:Sarge", a, server) if k % 2 else kill(seq(), t, v, "bot:Sarge", server)
+            )
         # The cheater plays only after the rule (unless asked otherwise): then the rule's live
         # reading (from its record on) and a rebuild's (in force throughout) exclude the same.
         if (k > 1200 or cheat_before_exclude) and k % 97 == 0:
@@ -172,9 +188,11 @@ def recovered(settings: Settings) -> LiveState:
     return d.state
 
 
-def four_drivers(tmp_path: Path, records: list[JournalRecord], kinds: str) -> dict[str, bytes]:
+def four_drivers(
+    tmp_path: Path, records: list[JournalRecord], kinds: str, extra: str = ""
+) -> dict[str, bytes]:
     state = tmp_path / "state"
-    settings = settings_for(tmp_path, state, kinds)
+    settings = settings_for(tmp_path, state, kinds, extra)
     params = settings.adr
     config = settings.scope_config()
     d = live(settings, records)
@@ -247,10 +265,30 @@ class TestFourDrivers:
         assert len(set(states.values())) == 1, {k: len(v) for k, v in states.items()}
         state = msgpack.unpackb(states["live"], raw=False, strict_map_key=False)["state"]
         assert {"global", "season:s1", "event:cup", "server:eu-1"} <= set(state["engines"])
-        assert [r["id"] for r in state["exclusions"]] == [1]
+        ids = [r["id"] for r in state["exclusions"]]
+        assert ids[:2] == [1, 3] and ids[2] < 0  # the cheat rule, the merge, the feed's merge
         assert state["excluded"] > 0  # the cheater's kills after the rule
         assert state["hidden"] == ["p001"]  # hidden, still rated
         assert "p001" in state["engines"]["global"]["names"]
+        assert "alt" not in state["engines"]["global"]["names"]  # merged into p005
+        assert "name:alt2" not in state["engines"]["global"]["names"]
+        assert "gates" not in state  # no gate configured: the state keeps its bytes
+
+    @pytest.mark.parametrize("kinds", [ALL_KINDS, '["global"]'])
+    def test_the_gates_gate_alike_in_every_driver(self, tmp_path: Path, kinds: str) -> None:
+        """min_players, bots excluded and the boosting report (issue 17): the same kills gated,
+        the same state, live, in recovery, rebuild, replay and offline recompute."""
+        gates = (
+            '[gates]\nmin_players = 6\nwindow = 15.0\nbots = "excluded"\n'
+            "suspects = true\nsuspect_min_kills = 3\n"
+        )
+        states = four_drivers(tmp_path, stream(), kinds, gates)
+        assert len(set(states.values())) == 1, {k: len(v) for k, v in states.items()}
+        state = msgpack.unpackb(states["live"], raw=False, strict_map_key=False)["state"]
+        gated = state["gates"]["gated"]
+        assert gated["bot"] > 0 and gated["min_players"] > 0, gated
+        assert "bot:Sarge" not in state["engines"]["global"]["names"]
+        assert state["gates"]["window"]  # the report's rated kills
 
     def test_the_plain_path_takes_kernel_runs_and_agrees(self, tmp_path: Path) -> None:
         """One global ladder, no rule: the kernel's batch runs equal Engine.feed one by one."""

@@ -115,11 +115,11 @@ class TestListedServers:
         out, _ = exchange(settings, sender, [r_packet(KILL), r_packet(KILL_BACK)], expect=2)
         first, second = (kill_of(b) for b in out)
         assert (first.attacker, first.victim, first.weapon) == (
-            "steam:STEAM_1:0:12345",
-            "steam:STEAM_1:1:54321",
+            "steam:[U:1:24690]",
+            "steam:[U:1:108643]",
             "ak47",
         )
-        assert (second.attacker, second.victim) == ("steam:STEAM_1:1:54321", "steam:STEAM_1:0:12345")
+        assert (second.attacker, second.victim) == ("steam:[U:1:108643]", "steam:[U:1:24690]")
         assert first.server == second.server == "cs-eu-1"
         assert [b.server for b in out] == ["cs-eu-1", "cs-eu-1"]
         # Stable ids, so a line delivered twice is refused as a duplicate by the engine task.

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from arenad.core.engine import Engine
 from arenad.core.events import MAX_NAME_BYTES, KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.errors import ConfigError
-from arenad.feeds import FeedItem, FeedParser, IdentityUpdate, MatchBoundary, NonKill
+from arenad.feeds import Alias, FeedItem, FeedParser, IdentityUpdate, MatchBoundary, NonKill
 
 # The real captures live outside the repository (they are shared test data, README included).
 # Unedited copies of ../shared/realdata (same sha256 as its README lists), kept in the repo so
@@ -320,6 +320,37 @@ class TestIdentity:
         p, _ = two_players()
         feed_all(p, [userinfo(1, "Bob", guid="G1")])
         assert kills(p.feed(kill(0, 1), T0))[0].victim == "guid:G1"
+
+    def test_a_name_later_seen_with_a_guid_joins_it_once(self) -> None:
+        """Issue 17: name:Bob then Bob with guid G1 yields Alias(name:Bob -> guid:G1), once; a
+        second guid under the same name is someone else who took it."""
+        p, _ = two_players()
+        out = feed_all(p, [userinfo(1, "Bob", at=5, guid="G1")])
+        assert out[0] == Alias("name:Bob", "guid:G1", STAMP_UNIX + 5)
+        assert out[1] == IdentityUpdate("1", "guid:G1", "Bob", False)
+        later = feed_all(p, [userinfo(1, "Bob", guid="G1"), userinfo(2, "Bob", guid="G2")])
+        assert not any(isinstance(it, Alias) for it in later)
+        # The state keeps it: a restarted parser does not join the name again.
+        q = parser()
+        q.restore(json.loads(json.dumps(p.state())))
+        assert not any(isinstance(it, Alias) for it in feed_all(q, [userinfo(3, "Bob", guid="G3")]))
+
+    def test_names_seen_only_with_a_guid_or_as_bots_make_no_alias(self) -> None:
+        items = feed_all(
+            parser(),
+            [init_game(), userinfo(0, "Alice", guid="A1"), userinfo(1, "Sarge", bot=True, guid="B1")],
+        )
+        assert not any(isinstance(it, Alias) for it in items)
+        # A bot is bot:<name> even where the server logs an id for it: the journal knows bots by it.
+        assert [it.player for it in items if isinstance(it, IdentityUpdate)] == ["guid:A1", "bot:Sarge"]
+
+    def test_an_old_parser_state_restores_without_names(self) -> None:
+        p, _ = two_players()
+        state = p.state()
+        del state["unguided"], state["joined"]
+        q = parser()
+        q.restore(state)
+        assert not any(isinstance(it, Alias) for it in feed_all(q, [userinfo(1, "Bob", guid="G1")]))
 
     def test_oversize_identity_is_rejected_and_frees_the_slot(self) -> None:
         p, _ = two_players()

@@ -59,7 +59,7 @@ class TestKillLines:
 
     def test_csgo_kill_with_positions_and_headshot(self) -> None:
         out = parse(kill_body(ALICE_CSGO, BOB_CSGO, props=" (headshot)"))
-        assert out == [KillEvent(T, "steam:STEAM_1:0:12345", "steam:STEAM_1:1:54321", "source", None, "ak47")]
+        assert out == [KillEvent(T, "steam:[U:1:24690]", "steam:[U:1:108643]", "source", None, "ak47")]
 
     @pytest.mark.parametrize(
         "props", ["", " (headshot)", " (penetrated)", " (headshot penetrated)", " (noscope) (throughsmoke)"]
@@ -146,7 +146,7 @@ class TestNonKills:
 
     def test_suicide(self) -> None:
         out = parse(f'{ALICE_CSGO} [1 2 3] committed suicide with "world"')
-        assert out == [NonKill("suicide", T, "steam:STEAM_1:0:12345")]
+        assert out == [NonKill("suicide", T, "steam:[U:1:24690]")]
 
     def test_tf2_suicide_without_position_with_properties(self) -> None:
         out = parse(
@@ -206,7 +206,7 @@ class TestOtherEvents:
 
     def test_a_renamed_human_keeps_their_identity(self) -> None:
         out = parse(f'{ALICE_CSGO} changed name to "alice <3"')
-        assert out == [IdentityUpdate("2", "steam:STEAM_1:0:12345", "alice <3", False)]
+        assert out == [IdentityUpdate("2", "steam:[U:1:24690]", "alice <3", False)]
 
     def test_a_renamed_bot_is_a_new_identity(self) -> None:
         out = parse(f'{player("Bot A", 7, "BOT", "CT")} changed name to "Bot B"')

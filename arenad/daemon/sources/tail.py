@@ -33,8 +33,8 @@ import structlog
 
 from arenad.core.events import KillEvent, PlacementEvent, Reject
 from arenad.daemon.config_sources import TailSpec
-from arenad.daemon.types import Batch
-from arenad.feeds import FeedParser, NonKill
+from arenad.daemon.types import Batch, ControlRequest
+from arenad.feeds import Alias, FeedParser, NonKill
 
 log = structlog.get_logger("arenad.tail")
 
@@ -152,6 +152,10 @@ class LogFollower:
         parser = self.parser
         nonkills = self.status.nonkills
         now = time.time()
+        # An alias (a name seen with a guid, issue 17) is journaled as a merge between the events
+        # before and after it: the events before it go in a batch of their own, without a
+        # position (a crash before the rest is journaled re-reads these lines; their ids repeat).
+        alias: ControlRequest | None = None
         for k, raw in enumerate(lines, start=1):
             line = raw[:-1] if raw.endswith(b"\r") else raw  # CRLF logs from Windows servers
             for item in parser.feed(line, now):
@@ -159,6 +163,17 @@ class LogFollower:
                     items.append(item)
                 elif isinstance(item, NonKill):
                     nonkills[item.kind] += 1
+                elif isinstance(item, Alias):
+                    if items or alias is not None:
+                        before = Batch(
+                            source=self.spec.key, items=items, server=self.spec.server, control=alias
+                        )
+                        await self.queue.put(before)
+                    items = []
+                    reason = f"seen with a guid in {self.spec.key}"
+                    alias = ControlRequest(
+                        "merge", {"player": item.player, "into": item.into, "reason": reason}, item.t
+                    )
             if k % LINES_PER_SLICE == 0:
                 await asyncio.sleep(0)
         self.status.lines += len(lines)
@@ -166,7 +181,11 @@ class LogFollower:
         position = {"dev": dev, "inode": inode, "offset": end_offset, "parser": parser.state()}
         await self.queue.put(
             Batch(
-                source=self.spec.key, items=items, server=self.spec.server, position=(self.spec.key, position)
+                source=self.spec.key,
+                items=items,
+                server=self.spec.server,
+                position=(self.spec.key, position),
+                control=alias,
             )
         )
 
