@@ -92,7 +92,9 @@ class ClockNote:
     hint: str = ""
 
 
-FeedItem = KillEvent | PlacementEvent | Reject | IdentityUpdate | MatchBoundary | NonKill | ChatLine | ClockNote
+FeedItem = (
+    KillEvent | PlacementEvent | Reject | IdentityUpdate | MatchBoundary | NonKill | ChatLine | ClockNote
+)
 
 
 @runtime_checkable

@@ -208,7 +208,9 @@ def replay_log_files(
                         counts["clock_moved_seconds"] += round(item.moved)
                     else:
                         counts["clock_fast_maps"] += 1
-                        counts["clock_timescale_hint"] = max(1, round(item.ratio * options_timescale(options)))
+                        counts["clock_timescale_hint"] = max(
+                            1, round(item.ratio * options_timescale(options))
+                        )
     summary.seconds = time.perf_counter() - started
     summary.players = len(engine)
     summary.log = {key: counts[key] for key in ("lines", "kills", "world_kills", "suicides", "team_kills")}

@@ -108,7 +108,8 @@ class TemplateSettings(Section):
     such as ``^1`` allowed; Source servers show them as typed)."""
 
     rank: str = (
-        "^3{name}^7: rank ^2#{rank}^7 of {players}, rating {rating:.1f}, tier ^5{tier}^7, top {top_percent:.0f}%"
+        "^3{name}^7: rank ^2#{rank}^7 of {players}, rating {rating:.1f}, tier ^5{tier}^7, "
+        "top {top_percent:.0f}%"
     )
     unplaced: str = (
         "^3{name}^7: unplaced, {events}/{events_needed} games, sigma {sigma:.2f} (needs {sigma_needed:.2f})"
@@ -121,9 +122,7 @@ class TemplateSettings(Section):
     next_unplaced: str = (
         "^3{name}^7: placement first: {events}/{events_needed} games, sigma {sigma:.2f}/{sigma_needed:.2f}"
     )
-    session: str = (
-        "^3{name}^7: this session {change:+.2f} ({kills} kills, {deaths} deaths), now {rating:.1f}"
-    )
+    session: str = "^3{name}^7: this session {change:+.2f} ({kills} kills, {deaths} deaths), now {rating:.1f}"
     no_session: str = "^3{name}^7: no session yet"
     tier: str = "^3{name}^7: tier ^5{tier}^7 (from {min:.1f}), rating {rating:.1f}"
     usage: str = "usage: {usage}"
@@ -167,7 +166,9 @@ class RconServer(Section):
         problems: list[ConfigProblem] = []
         if self.password_env and self.password_file:
             problems.append(
-                ConfigProblem("password_file", self.password_file, "name one of password_env or password_file")
+                ConfigProblem(
+                    "password_file", self.password_file, "name one of password_env or password_file"
+                )
             )
         elif not (self.password_env or self.password_file):
             problems.append(
@@ -183,8 +184,14 @@ class InGameSettings(Section):
     SECTION: ClassVar[str] = "ingame"
 
     enabled: bool = False
-    prefix: Annotated[str, check(lambda v: "" if len(v) == 1 and v.isprintable() and v != " " else
-                                 "must be one printable character")] = "!"
+    prefix: Annotated[
+        str,
+        check(
+            lambda v: (
+                "" if len(v) == 1 and v.isprintable() and v != " " else "must be one printable character"
+            )
+        ),
+    ] = "!"
     scope: NonEmpty = "global"  # the ladder answered and announced: global, server:ID, season...
     # Replies a player may have answered: burst, then one every 1/player_rate seconds.
     player_rate: Annotated[float, Field(ge=0)] = 0.2
@@ -194,8 +201,14 @@ class InGameSettings(Section):
     server_burst: Annotated[int, Field(ge=1, le=100)] = 8
     queue: Annotated[int, Field(ge=1, le=MAX_QUEUE)] = 64  # per server; when full, new replies are dropped
     timeout: Annotated[float, Field(gt=0, le=60)] = 2.0  # seconds to wait for an rcon reply
-    announce: Annotated[Array[str], check(lambda v: "" if set(v) <= set(ANNOUNCE_KINDS) else
-                                          f"kinds must be among {', '.join(ANNOUNCE_KINDS)}")] = ()
+    announce: Annotated[
+        Array[str],
+        check(
+            lambda v: (
+                "" if set(v) <= set(ANNOUNCE_KINDS) else f"kinds must be among {', '.join(ANNOUNCE_KINDS)}"
+            )
+        ),
+    ] = ()
     # Announcements per server: burst, then one every 1/announce_rate seconds.
     announce_rate: Annotated[float, Field(ge=0)] = 0.2
     announce_burst: Annotated[int, Field(ge=1, le=100)] = 3

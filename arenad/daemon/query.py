@@ -511,7 +511,6 @@ class LineSplitter:
         return rest
 
 
-
 # ---------------------------------------------------------------------------- answers
 # The bodies of "get" and "tiers", shared with the in-game commands (arenad/ingame), so a
 # player's !rank in the game and a query client's "get" say the same thing.
@@ -564,6 +563,7 @@ def tiers_answer(eng: Engine) -> dict[str, Any]:
         "active": info.active,
         "players": len(eng),
     }
+
 
 # ---------------------------------------------------------------------------- rate limit
 class TokenBucket:

@@ -445,7 +445,10 @@ class OpenArenaParser:
         # The server's timescale is (about) the configured one times the pace measured; the
         # measured pace is a little low (intermissions), hence the rounding to a whole number.
         suggested = max(1, round(ratio * self.options.timescale))
-        return f"the game clock runs about {ratio:.1f}x the wall clock: set the feed option timescale = {suggested}"
+        return (
+            f"the game clock runs about {ratio:.1f}x the wall clock: "
+            f"set the feed option timescale = {suggested}"
+        )
 
     @staticmethod
     def _hint(fast: ClockNote | None) -> str:
@@ -461,7 +464,9 @@ class OpenArenaParser:
     def _sayteam(self, game_seconds: int, payload: str, received_at: float) -> list[FeedItem]:
         return self._say(game_seconds, payload, received_at, team=True)
 
-    def _say(self, game_seconds: int, payload: str, received_at: float, *, team: bool = False) -> list[FeedItem]:
+    def _say(
+        self, game_seconds: int, payload: str, received_at: float, *, team: bool = False
+    ) -> list[FeedItem]:
         """``say: <name>: <text>``: the log names the speaker, not the slot, so the name is
         matched against the slots' names; a name two slots share is not guessed at."""
         t = self._clock(game_seconds, received_at)

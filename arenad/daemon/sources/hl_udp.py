@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import structlog
-
 from arenad_feeds.source import SourceFeed, SourceOptions, SourceParser, unframe_udp
 
 from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason

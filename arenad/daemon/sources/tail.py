@@ -72,6 +72,7 @@ class LogFollower:
         parser: FeedParser,
         queue: asyncio.Queue[Batch],
         position: Mapping[str, Any] | None = None,
+        *,
         poll: float = 0.2,
         chat: Callable[[ChatLine], None] | None = None,
     ) -> None:
@@ -190,7 +191,6 @@ class LogFollower:
                 source=self.spec.key, items=items, server=self.spec.server, position=(self.spec.key, position)
             )
         )
-
 
     def _chat(self, line: ChatLine) -> None:
         if self.chat is None:
