@@ -55,6 +55,7 @@ _SAMPLE: dict[str, Any] = {
     "n": 5,
     "next_tier": "1L",
     "gap": 1.25,
+    "hold": 180.0,
     "change": 1.5,
     "kills": 10,
     "deaths": 7,
@@ -71,7 +72,7 @@ TEMPLATE_FIELDS: dict[str, tuple[str, ...]] = {
     "unknown": ("name",),
     "top_header": ("n", "players"),
     "top_row": ("rank", "name", "rating", "display", "tier"),
-    "next": ("name", "tier", "next_tier", "gap", "rating"),
+    "next": ("name", "tier", "next_tier", "gap", "hold", "rating"),
     "next_best": ("name", "tier", "rating"),
     "next_unplaced": ("name", "events", "events_needed", "sigma", "sigma_needed"),
     "session": ("name", "change", "kills", "deaths", "rating"),
@@ -117,7 +118,7 @@ class TemplateSettings(Section):
     unknown: str = "^3{name}^7: no rating yet, frag someone first"
     top_header: str = "Top {n} of {players}:"
     top_row: str = "#{rank} {name} {rating:.1f} ({tier})"
-    next: str = "^3{name}^7: {gap:.2f} rating to ^5{next_tier}^7 (now {tier})"
+    next: str = "^3{name}^7: {gap:.1f} rating to ^5{next_tier}^7 (now {tier}), then hold it: {hold:.0f} to go"
     next_best: str = "^3{name}^7: already in the best tier ({tier})"
     next_unplaced: str = (
         "^3{name}^7: placement first: {events}/{events_needed} games, sigma {sigma:.2f}/{sigma_needed:.2f}"

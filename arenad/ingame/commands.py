@@ -186,12 +186,16 @@ def answer(
     if cmd.name == "tier":
         low = tiers[k]["min_mu"]
         return [_fill(templates.tier, {**fields, "min": -math.inf if low is None else low})]
-    # !next: the next tier up starts at its own lower boundary (tiers are bands of mu, §6).
+    # !next: the tier above starts at its lower boundary, and §6.4 promotes a player only once
+    # the excess over it, summed over their events, reaches h_req (the hysteresis that keeps
+    # tiers from flickering): "gap" is the rating still missing, "hold" the excess still owed.
     if k == 0:
         return [_fill(templates.next_best, fields)]
     above = tiers[k - 1]
     gap = max(0.0, float(above["min_mu"]) - view["mu"])
-    return [_fill(templates.next, {**fields, "next_tier": above["tier"], "gap": gap})]
+    energy = float(eng._h[i])  # noqa: SLF001 - §6.4's accumulator: > 0 is promotion energy
+    hold = max(0.0, eng.params.h_req - max(0.0, energy))
+    return [_fill(templates.next, {**fields, "next_tier": above["tier"], "gap": gap, "hold": hold})]
 
 
 def _top(
