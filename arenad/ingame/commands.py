@@ -193,7 +193,7 @@ def answer(
         return [_fill(templates.next_best, fields)]
     above = tiers[k - 1]
     gap = max(0.0, float(above["min_mu"]) - view["mu"])
-    energy = float(eng._h[i])  # noqa: SLF001 - §6.4's accumulator: > 0 is promotion energy
+    energy = float(eng._h[i])
     hold = max(0.0, eng.params.h_req - max(0.0, energy))
     return [_fill(templates.next, {**fields, "next_tier": above["tier"], "gap": gap, "hold": hold})]
 

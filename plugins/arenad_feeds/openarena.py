@@ -474,15 +474,23 @@ class OpenArenaParser:
         slot: int | None = None
         unresolved = "unknown_name"
         name, text = "", body
-        # Names may contain ": " themselves: the longest prefix that is a slot's name wins.
+        # Names may contain ": " themselves. Every prefix ending before a ": " is tried; exactly
+        # one slot may match across all of them, else ("Dr" saying "Who: hi" and "Dr: Who"
+        # saying "hi" look the same) the line is refused rather than answered to a guess.
+        matches: list[tuple[int, str, str]] = []
         cut = body.find(": ")
         while 0 <= cut <= _MAX_SAY_NAME:
             candidate = clean_name(body[:cut])
-            slots = [k for k, c in self._clients.items() if c.name == candidate]
-            if slots:
-                name, text = candidate, body[cut + 2 :]
-                slot, unresolved = (slots[0], "") if len(slots) == 1 else (None, "ambiguous_name")
+            matches += [
+                (k, candidate, body[cut + 2 :]) for k, c in self._clients.items() if c.name == candidate
+            ]
             cut = body.find(": ", cut + 1)
+        if matches:
+            slot, name, text = matches[-1]
+            if len(matches) > 1:
+                slot, unresolved = None, "ambiguous_name"
+            else:
+                unresolved = ""
         if not name:
             head, _, rest = body.partition(": ")
             name, text = clean_name(head[:_MAX_SAY_NAME]), rest

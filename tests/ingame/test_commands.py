@@ -99,7 +99,9 @@ class TestAnswer:
         assert line == f"P7 #{v['rank']}/8 {v['mu']:.1f} {v['tier']} {v['percentile']:.0f}"
 
     def test_rank_of_someone_else_and_unknown(self, eng: Engine) -> None:
-        assert answer(Command("rank", target="P3"), Speaker("name:P7", "P7"), eng, PLAIN)[0].startswith("P3 #")
+        assert answer(Command("rank", target="P3"), Speaker("name:P7", "P7"), eng, PLAIN)[0].startswith(
+            "P3 #"
+        )
         assert answer(Command("rank", target="Nobody"), Speaker("name:P7", "P7"), eng, PLAIN) == [
             "Nobody unknown"
         ]
@@ -143,9 +145,9 @@ class TestAnswer:
             f"{eng.rank(eng.ids[best[3]])}.{shown[2]}"
         ]
         # Nor can another player look a hidden one up.
-        assert answer(Command("rank", target=shown[0] and best[0][5:]), Speaker("x", "x"), eng, PLAIN, hidden={best[0]})[
-            0
-        ].endswith("unknown")
+        assert answer(
+            Command("rank", target=shown[0] and best[0][5:]), Speaker("x", "x"), eng, PLAIN, hidden={best[0]}
+        )[0].endswith("unknown")
 
     def test_session(self, eng: Engine) -> None:
         def sessions(player: str) -> tuple[float, int, int] | None:
@@ -159,7 +161,9 @@ class TestAnswer:
         ]
 
     def test_usage(self, eng: Engine) -> None:
-        assert answer(Command("top", usage=True), Speaker("name:P1", "P1"), eng, PLAIN) == ["usage !top [1-5]"]
+        assert answer(Command("top", usage=True), Speaker("name:P1", "P1"), eng, PLAIN) == [
+            "usage !top [1-5]"
+        ]
 
     def test_default_templates_fit_a_chat_line(self, eng: Engine) -> None:
         for cmd in (Command("rank"), Command("top"), Command("next"), Command("tier"), Command("session")):

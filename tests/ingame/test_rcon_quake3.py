@@ -95,9 +95,7 @@ class TestRealServer:
         with pytest.raises(RconAuthError, match="Bad rconpassword"):
             send(client, lambda c: c.say("should not be said"))
         oa.wait_console(r"^Bad rcon from 127\.0\.0\.1: say should not be said$", start=mark)
-        assert not any(
-            re.match(r"^Rcon from .*should not be said", line) for line in oa.lines[mark:]
-        )
+        assert not any(re.match(r"^Rcon from .*should not be said", line) for line in oa.lines[mark:])
 
     def test_nobody_listening_times_out(self) -> None:
         client = Quake3Rcon("127.0.0.1", free_udp_port(), PASSWORD, timeout=0.3)
