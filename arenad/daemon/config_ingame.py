@@ -10,7 +10,7 @@
     address = "127.0.0.1:27960"
     password_file = "/etc/arenad/oa-1.rcon"   # or password_env; never the password itself
     [ingame.templates]
-    rank = "^3{name}^7: #{rank} of {players}, {rating:.1f} ({tier}), top {top_percent:.0f}%"
+    rank = "^3{name}^7: #{rank} of {players}, {rating:.1f} ({tier}), better than {percentile:.0f} pct"
 
 Built on ``arenad.daemon.config.Section`` (strict, unknown keys refused, frozen), and like the
 other settings modules it imports neither the daemon nor the feeds. A template is checked here
@@ -110,7 +110,7 @@ class TemplateSettings(Section):
 
     rank: str = (
         "^3{name}^7: rank ^2#{rank}^7 of {players}, rating {rating:.1f}, tier ^5{tier}^7, "
-        "top {top_percent:.0f}%"
+        "better than {percentile:.0f} pct"
     )
     unplaced: str = (
         "^3{name}^7: unplaced, {events}/{events_needed} games, sigma {sigma:.2f} (needs {sigma_needed:.2f})"
