@@ -36,6 +36,7 @@ from arenad.daemon.config_ingame import InGameSettings, RconServer
 from arenad.daemon.notify import RatingChange
 from arenad.daemon.query import TokenBucket
 from arenad.daemon.secrets import read_secret
+from arenad.errors import ConfigError, ConfigProblem
 from arenad.feeds import ChatLine
 from arenad.ingame.commands import Speaker, answer, display_name, parse
 from arenad.ingame.rcon import Quake3Rcon, Rcon, RconError, SourceRcon
@@ -120,8 +121,6 @@ class InGame:
             try:
                 self._clients[server.name] = make_client(server, password, self.settings.timeout)
             except ValueError as e:
-                from arenad.errors import ConfigError, ConfigProblem  # noqa: PLC0415 - error path only
-
                 where = f"{key}.password_env" if server.password_env else f"{key}.password_file"
                 raise ConfigError([ConfigProblem(where, "<secret>", str(e))]) from e
 
