@@ -6,7 +6,9 @@
     ├── ConfigError        a settings file or parameter set is invalid (lists every problem)
     ├── InputError         an input file cannot be read at all (a bad *line* is a reject, not an error)
     ├── StateError         the state directory cannot be used (arenad.daemon.state)
-    └── QueryClientError   ``arenad query`` got no usable answer (arenad.daemon.query_client)
+    ├── QueryClientError   ``arenad query`` got no usable answer (arenad.daemon.query_client)
+    └── RconError          a game server's rcon did not take a command (arenad.ingame.rcon:
+                           RconTimeoutError, RconAuthError, RconUnreachableError, RconProtocolError)
 """
 
 from __future__ import annotations

@@ -66,7 +66,53 @@ class Alias:
     t: float
 
 
-FeedItem = KillEvent | PlacementEvent | Reject | IdentityUpdate | MatchBoundary | NonKill | Alias
+@dataclass(frozen=True, slots=True)
+class ChatLine:
+    """A player said ``text`` on ``server`` (``say`` / ``say_team``), for the in-game commands.
+
+    Never rated and never journaled: a follower hands it to its chat sink, not to the engine.
+    ``slot`` is what a reply is addressed to (the OpenArena client number, the Source userid) and
+    ``player`` the rated identity, both ``None`` when the log's name matched no single player
+    (``unresolved`` says why: ``"unknown_name"`` or ``"ambiguous_name"``).
+    """
+
+    server: str
+    t: float
+    slot: str | None
+    player: str | None
+    name: str
+    text: str
+    team: bool
+    unresolved: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClockNote:
+    """The feed had to correct the log's clock; what the follower logs and counts.
+
+    ``kind`` is ``"reanchored"`` (a new map's start lay before the last line read: the map was
+    moved ``moved`` seconds later so time stays monotonic) or ``"fast_clock"`` (game time ran
+    ``ratio`` times faster than the wall clock: ``hint`` names the option that fixes it).
+    """
+
+    kind: str
+    t: float
+    moved: float = 0.0
+    ratio: float = 0.0
+    hint: str = ""
+
+
+FeedItem = (
+    KillEvent
+    | PlacementEvent
+    | Reject
+    | IdentityUpdate
+    | MatchBoundary
+    | NonKill
+    | Alias
+    | ChatLine
+    | ClockNote
+)
 
 
 @runtime_checkable

@@ -28,7 +28,7 @@ from arenad.decode import (
     looks_like_json,
 )
 from arenad.errors import InputError
-from arenad.feeds import FeedPlugin, NonKill
+from arenad.feeds import ClockNote, FeedPlugin, NonKill
 from arenad.scopes import ScopeSet
 
 
@@ -201,12 +201,31 @@ def replay_log_files(
                     engine.apply_placement(item.placements, item.t)
                 elif isinstance(item, NonKill):
                     counts[_NONKILL_KEYS.get(item.kind, item.kind)] += 1
+                elif isinstance(item, ClockNote):
+                    # A log whose clock had to be corrected: said in the summary (whole seconds).
+                    if item.kind == "reanchored":
+                        counts["clock_reanchored"] += 1
+                        counts["clock_moved_seconds"] += round(item.moved)
+                    else:
+                        counts["clock_fast_maps"] += 1
+                        counts["clock_timescale_hint"] = max(
+                            1, round(item.ratio * options_timescale(options))
+                        )
     summary.seconds = time.perf_counter() - started
     summary.players = len(engine)
     summary.log = {key: counts[key] for key in ("lines", "kills", "world_kills", "suicides", "team_kills")}
     if counts["bots_excluded"]:
         summary.log["bots_excluded"] = counts["bots_excluded"]
+    for key in ("clock_reanchored", "clock_moved_seconds", "clock_fast_maps", "clock_timescale_hint"):
+        if counts[key]:
+            summary.log[key] = counts[key]
     return engine, summary
+
+
+def options_timescale(options: Mapping[str, Any]) -> float:
+    """The ``timescale`` feed option as given (1 when absent or not a number)."""
+    value = options.get("timescale", 1.0)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 1.0
 
 
 _NONKILL_KEYS = {

@@ -104,6 +104,7 @@ class Pipeline:
         faults: StorageFaults,
         reject_warnings: RejectWarnings,
         notifier: Notifier | None = None,
+        on_change: Callable[[RatingChange], None] | None = None,
     ) -> None:
         self.state = state
         self.queue = queue
@@ -114,6 +115,8 @@ class Pipeline:
         self.faults = faults
         self.reject_warnings = reject_warnings
         self.notifier = notifier if notifier is not None and notifier.enabled else None
+        #: A second consumer of the same changes (the in-game announcements); O(1), never raises.
+        self.on_change = on_change
         #: Events given up at stop while the journal still failed (UDP only: MQTT redelivers).
         self.dropped: Counter[str] = Counter()
         #: When each source last delivered events (the daemon's wall clock), for status pages.
@@ -262,7 +265,7 @@ class Pipeline:
             self.state.scopes,
             self.models,
             observe=self._observe_update,
-            notify=self.notifier is not None,
+            notify=self.notifier is not None or self.on_change is not None,
             sample=self._sample,
             slice_events=SLICE,
         )
@@ -288,7 +291,7 @@ class Pipeline:
 
     def _notify_changes(self, g: Engine, rec: Record, before: tuple[int, int]) -> None:
         notifier = self.notifier
-        assert notifier is not None
+        on_change = self.on_change
         _, t, attacker, victim, server, _i = rec
         for player, old in zip((attacker, victim), before, strict=True):
             i = g.ids[player]
@@ -299,20 +302,22 @@ class Pipeline:
                 kind = "placed"
             else:
                 kind = "promoted" if new < old else "demoted"  # tier 1 (1H) is the best
-            notifier.offer(
-                RatingChange(
-                    server=server,
-                    scope=g.scope,
-                    player=player,
-                    kind=kind,
-                    tier=TIER_NAMES[new - 1] if new else None,
-                    old_tier=TIER_NAMES[old - 1] if old else None,
-                    mu=g.mu(i),
-                    sigma=g.sigma(i),
-                    rank=g.rank(i),
-                    t=t,
-                )
+            change = RatingChange(
+                server=server,
+                scope=g.scope,
+                player=player,
+                kind=kind,
+                tier=TIER_NAMES[new - 1] if new else None,
+                old_tier=TIER_NAMES[old - 1] if old else None,
+                mu=g.mu(i),
+                sigma=g.sigma(i),
+                rank=g.rank(i),
+                t=t,
             )
+            if notifier is not None:
+                notifier.offer(change)
+            if on_change is not None:
+                on_change(change)
 
     async def _shadows(self, records: list[JournalRecord | None], lo: int, cuts: list[int]) -> None:
         """The shadow models take ``records[lo:cuts[-1]]`` in ADR's slices; queries get a turn

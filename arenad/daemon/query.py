@@ -178,35 +178,7 @@ class QueryHandler:
     # -- operations ------------------------------------------------------------------------
     def _get(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
         i = _player(eng, req, "player")
-        v = eng.view(i)
-        p = eng.params
-        tier = v.tier
-        return {
-            "scope": req.get("scope", "global"),
-            "player": v.player,
-            "mu": v.mu,
-            "sigma": v.sigma,
-            "display": _display(eng, i, self.settings.display_k),
-            "tier": tier,
-            "placed": tier is not None,
-            # Provisional = not placed yet (§6.1): n_min events (this season's, in a season scope
-            # after a reset) and sigma <= sigma_place.
-            "provisional": tier is None,
-            "placement": {
-                "events": eng.placement_events(i),
-                "events_needed": p.n_min,
-                "sigma": v.sigma,
-                "sigma_needed": p.sigma_place,
-            },
-            "rank": v.rank,
-            "percentile": eng.percentile(i),
-            "events": v.n,
-            "streak": v.streak,
-            "trend": v.trend,
-            "last_seen": v.last_t,
-            "active": v.active,
-            "players": len(eng),
-        }
+        return {"scope": req.get("scope", "global"), **player_answer(eng, i, self.settings.display_k)}
 
     def _top(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
         n = _int(req, "n", 1, self.settings.max_top)
@@ -259,21 +231,7 @@ class QueryHandler:
         }
 
     def _tiers(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
-        info = eng.tier_info()
-        # Tier k spans [B_k, B_{k-1}); the lowest tier has no lower boundary (B_15 = -inf).
-        mins: list[float | None] = [*info.boundaries, None]
-        placed = sum(info.counts)
-        return {
-            "tiers": [
-                {"tier": name, "min_mu": low, "players": count}
-                for name, low, count in zip(TIER_NAMES, mins, info.counts, strict=True)
-            ],
-            "placed": placed,
-            "unplaced": len(eng) - placed,
-            "calibrations": info.calibrations,
-            "active": info.active,
-            "players": len(eng),
-        }
+        return tiers_answer(eng)
 
     def _predict(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
         a = _player(eng, req, "a", say_field=True)
@@ -551,6 +509,60 @@ class LineSplitter:
         rest = None if self._skipping or not self._buf.strip() else bytes(self._buf)
         self._buf.clear()
         return rest
+
+
+# ---------------------------------------------------------------------------- answers
+# The bodies of "get" and "tiers", shared with the in-game commands (arenad/ingame), so a
+# player's !rank in the game and a query client's "get" say the same thing.
+def player_answer(eng: Engine, i: int, display_k: float = DISPLAY_K) -> dict[str, Any]:
+    """What ``get`` says of player ``i`` of ``eng`` (without the ``scope`` field)."""
+    v = eng.view(i)
+    p = eng.params
+    tier = v.tier
+    return {
+        "player": v.player,
+        "mu": v.mu,
+        "sigma": v.sigma,
+        "display": _display(eng, i, display_k),
+        "tier": tier,
+        "placed": tier is not None,
+        # Provisional = not placed yet (§6.1): n_min events (this season's, in a season scope
+        # after a reset) and sigma <= sigma_place.
+        "provisional": tier is None,
+        "placement": {
+            "events": eng.placement_events(i),
+            "events_needed": p.n_min,
+            "sigma": v.sigma,
+            "sigma_needed": p.sigma_place,
+        },
+        "rank": v.rank,
+        "percentile": eng.percentile(i),
+        "events": v.n,
+        "streak": v.streak,
+        "trend": v.trend,
+        "last_seen": v.last_t,
+        "active": v.active,
+        "players": len(eng),
+    }
+
+
+def tiers_answer(eng: Engine) -> dict[str, Any]:
+    """What ``tiers`` says: each tier's lowest mu and its players, best tier first."""
+    info = eng.tier_info()
+    # Tier k spans [B_k, B_{k-1}); the lowest tier has no lower boundary (B_15 = -inf).
+    mins: list[float | None] = [*info.boundaries, None]
+    placed = sum(info.counts)
+    return {
+        "tiers": [
+            {"tier": name, "min_mu": low, "players": count}
+            for name, low, count in zip(TIER_NAMES, mins, info.counts, strict=True)
+        ],
+        "placed": placed,
+        "unplaced": len(eng) - placed,
+        "calibrations": info.calibrations,
+        "active": info.active,
+        "players": len(eng),
+    }
 
 
 # ---------------------------------------------------------------------------- rate limit

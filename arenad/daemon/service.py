@@ -67,6 +67,7 @@ from arenad.daemon.state import RecoveryReport
 from arenad.daemon.statedir import StateDir
 from arenad.daemon.types import Batch, ControlRequest, MetricsSnapshot
 from arenad.errors import ArenadError
+from arenad.ingame.service import InGame
 from arenad.scopes import Exclusions, Rule, ScopeSet
 from arenad.settings import Settings
 
@@ -106,6 +107,10 @@ class Daemon:
         self._source_tasks: list[asyncio.Task[None]] = []
         self.faults = StorageFaults()
         self.notifier: Notifier | None = Notifier(settings.notify) if settings.notify.enabled else None
+        # Chat commands and announcements ([ingame]), handed a read port on the live scopes.
+        self.ingame: InGame | None = (
+            InGame(settings.ingame, lambda: self.state.scopes) if settings.ingame.enabled else None
+        )
         # Without shadows the primary is scored from the global engine's own ring at scrape time,
         # the engine looked up at each call (recovery and a recompute replace it).
         self.models = ModelSet(
@@ -122,6 +127,8 @@ class Daemon:
         for source in self.sources:
             for collector in source.collectors():
                 self.metrics.registry.register(collector)
+        for collector in self.ingame.collectors() if self.ingame is not None else []:
+            self.metrics.registry.register(collector)
         self.reject_warnings = RejectWarnings(settings.log.reject_warning_interval)
         self.pipeline = Pipeline(
             self.state,
@@ -133,6 +140,7 @@ class Daemon:
             faults=self.faults,
             reject_warnings=self.reject_warnings,
             notifier=self.notifier,
+            on_change=self.ingame.offer if self.ingame is not None else None,
         )
         #: The players' rating history (their play sessions), beside the state it derives from.
         self.ratings: RatingHistory | None = (
@@ -320,6 +328,8 @@ class Daemon:
             self.bound["metrics"] = msrv.sockets[0].getsockname()[:2]
         for source in self.sources:
             source.check()  # secrets and TLS files before anything is loaded
+        if self.ingame is not None:
+            self.ingame.check()  # rcon passwords, likewise
         started = time.perf_counter()
         report = await asyncio.to_thread(self.recover)
         self.store.journal.open_segment(self.state.seq + 1)
@@ -341,6 +351,7 @@ class Daemon:
             self.store.path,
             self.clock.now_ms,
             positions=self.state.positions,
+            chat=self.ingame.chat if self.ingame is not None else None,
         )
         try:
             handler = QueryHandler(
@@ -384,6 +395,8 @@ class Daemon:
                 )
                 if self.notifier is not None and self.notifier.enabled:
                     tg.create_task(self.notifier.run(self.drained), name="notify")
+                if self.ingame is not None:
+                    tg.create_task(self.ingame.run(self.stop), name="ingame")
                 tg.create_task(self._wake_on_stop(), name="stopper")
             sdnotify.notify("STOPPING=1")
             await self.checkpointer.checkpoint()

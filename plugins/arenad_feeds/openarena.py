@@ -93,7 +93,7 @@ from typing import Any, TypeVar
 
 from arenad.core.events import MAX_NAME_BYTES, KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.errors import ConfigError, ConfigProblem
-from arenad.feeds import Alias, FeedItem, IdentityUpdate, MatchBoundary, NonKill
+from arenad.feeds import Alias, ChatLine, ClockNote, FeedItem, IdentityUpdate, MatchBoundary, NonKill
 
 #: ioquake3's MAX_CLIENTS: entity numbers below it are client slots.
 MAX_CLIENTS = 64
@@ -130,6 +130,18 @@ _G_TIMESTAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)", re.ASCI
 _SMALL_INT = re.compile(r"[0-9]{1,5}")
 # `score: 30  ping: 0  client: 4 Morgan` (G_LogPrintf in ioquake3's LogExit).
 _SCORE = re.compile(r"[ \t]*(-?\d{1,6})[ \t]+ping:[ \t]*\d{1,6}[ \t]+client:[ \t]*(\d{1,5})\b", re.ASCII)
+
+#: Longest chat text kept (a command is a few words; a 1,000-character line is cut, not refused).
+MAX_CHAT_CHARS = 200
+#: Longest name prefix of a ``say:`` payload tried: ioquake3's netname holds 36 bytes, and its
+#: colour codes are counted in them.
+_MAX_SAY_NAME = 128
+#: Game time this many times faster than the wall clock (or more) is reported as a fast clock:
+#: the gap between two maps' ``g_timestamp`` includes the intermission and the map load, so a
+#: server at ``timescale 4`` shows a ratio a little under 4, one at timescale 1 a little under 1.
+FAST_CLOCK_RATIO = 1.5
+#: Wall seconds a map must have run before its pace is judged (a short map says little).
+FAST_CLOCK_MIN_WALL = 20.0
 
 _T = TypeVar("_T")
 
@@ -256,6 +268,11 @@ class OpenArenaParser:
         # Names rated as name:<name> (no guid yet), and names that have joined a guid (issue 17).
         self._unguided: set[str] = set()
         self._joined: set[str] = set()
+        # The fast-clock check: the current map's g_timestamp (unix) or, live, the received_at of
+        # its InitGame; the game seconds of the latest line; whether this map was reported.
+        self._map_wall: float | None = None
+        self._game_seconds = 0
+        self._fast_noted = False
         self._handlers: dict[str, Callable[[int, str, float], list[FeedItem]]] = {
             "Kill": self._kill,
             "ClientUserinfoChanged": self._userinfo,
@@ -264,6 +281,8 @@ class OpenArenaParser:
             "Exit": self._exit,
             "ShutdownGame": self._end,
             "score": self._score,
+            "say": self._say,
+            "sayteam": self._sayteam,
         }
 
     # ------------------------------------------------------------------ FeedParser
@@ -289,8 +308,12 @@ class OpenArenaParser:
         game_seconds = int(minutes) * 60 + int(seconds)
         if handler is None:
             self._clock(game_seconds, received_at)  # keeps the anchor and last_t current
-            return []
-        return handler(game_seconds, payload, received_at)
+            items: list[FeedItem] = []
+        else:
+            items = handler(game_seconds, payload, received_at)
+        if self.options.live and not self._fast_noted:
+            items.extend(self._check_live_pace(game_seconds, received_at))
+        return items
 
     def state(self) -> dict[str, Any]:
         """Everything the stream's meaning depends on, as JSON/msgpack-friendly plain values."""
@@ -311,6 +334,9 @@ class OpenArenaParser:
             "scores": [[score, player] for score, player in self._scores],
             "unguided": sorted(self._unguided),
             "joined": sorted(self._joined),
+            "map_wall": self._map_wall,
+            "game_seconds": self._game_seconds,
+            "fast_noted": self._fast_noted,
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -338,7 +364,12 @@ class OpenArenaParser:
         # Absent from states written before aliases: no name seen yet.
         unguided = _field({"v": state.get("unguided", [])}, "v", lambda v: {str(n) for n in v})
         joined = _field({"v": state.get("joined", [])}, "v", lambda v: {str(n) for n in v})
+        # Absent from states written before the clock checks: nothing to compare with then.
+        map_wall = _field({"map_wall": state.get("map_wall")}, "map_wall", _optional_float)
+        game_seconds = _field({"game_seconds": state.get("game_seconds", 0)}, "game_seconds", int)
+        fast_noted = _field({"fast_noted": state.get("fast_noted", False)}, "fast_noted", bool)
         # Assigned only once every field has been read, so a refused state changes nothing.
+        self._map_wall, self._game_seconds, self._fast_noted = map_wall, game_seconds, fast_noted
         self._clients, self._anchor, self._gametype = clients, anchor, gametype
         self._map_index, self._map_tag, self._line, self._line_in_map = map_index, map_tag, line, line_in_map
         self._last_t, self._match_open = last_t, match_open
@@ -362,6 +393,7 @@ class OpenArenaParser:
                 self._anchor = received_at - game_seconds / o.timescale
         t = self._anchor + game_seconds / o.timescale
         self._last_t = t
+        self._game_seconds = game_seconds
         return t
 
     def _map_start(self, info: Mapping[str, str], game_seconds: int, received_at: float) -> float:
@@ -379,7 +411,24 @@ class OpenArenaParser:
     # ------------------------------------------------------------------ events
     def _init_game(self, game_seconds: int, payload: str, received_at: float) -> list[FeedItem]:
         info = _info(payload.strip())
-        self._anchor = self._map_start(info, game_seconds, received_at)
+        notes: list[FeedItem] = []
+        start = self._map_start(info, game_seconds, received_at)
+        stamp_wall = _parse_g_timestamp(info.get("g_timestamp", ""))
+        wall = received_at if self.options.live or stamp_wall is None else stamp_wall[0]
+        fast = self._fast_clock(wall, self._game_seconds)
+        if fast is not None:
+            notes.append(fast)
+        # Time stays monotonic across maps: a map that starts before the last line read (the
+        # previous map's clock ran fast, or the server's clock was stepped back) is moved to
+        # start at that line, so none of its kills is refused as out of order.
+        last = self._last_t
+        if last is not None and start + game_seconds / self.options.timescale < last:
+            moved = last - (start + game_seconds / self.options.timescale)
+            start += moved
+            notes.append(ClockNote("reanchored", last, moved=moved, hint=self._hint(fast)))
+        self._anchor = start
+        self._map_wall = wall if (self.options.live or stamp_wall is not None) else None
+        self._fast_noted = False
         gametype = info.get("g_gametype", "0").strip()
         # An unreadable game type counts as FFA: team kills need same-team slots anyway.
         self._gametype = int(gametype) if _SMALL_INT.fullmatch(gametype) else 0
@@ -393,7 +442,87 @@ class OpenArenaParser:
             k: info[k][:MAX_NAME_BYTES] for k in ("mapname", "g_gametype", "g_timestamp") if k in info
         }
         detail["map_index"] = str(self._map_index)
-        return [MatchBoundary("start", t, detail)]
+        return [*notes, MatchBoundary("start", t, detail)]
+
+    def _fast_clock(self, wall_now: float, game_seconds: int) -> ClockNote | None:
+        """A ``fast_clock`` note when the current map's game time ran well ahead of the wall clock
+        between its start (``_map_wall``) and ``wall_now``; once per map."""
+        if self._map_wall is None or self._fast_noted:
+            return None
+        wall = wall_now - self._map_wall
+        game = game_seconds / self.options.timescale
+        if not (wall >= FAST_CLOCK_MIN_WALL and game >= FAST_CLOCK_RATIO * wall):
+            return None
+        self._fast_noted = True
+        ratio = game / wall
+        return ClockNote("fast_clock", self._last_t or wall_now, ratio=ratio, hint=self._hint_for(ratio))
+
+    def _hint_for(self, ratio: float) -> str:
+        # The server's timescale is (about) the configured one times the pace measured; the
+        # measured pace is a little low (intermissions), hence the rounding to a whole number.
+        suggested = max(1, round(ratio * self.options.timescale))
+        return (
+            f"the game clock runs about {ratio:.1f}x the wall clock: "
+            f"set the feed option timescale = {suggested}"
+        )
+
+    @staticmethod
+    def _hint(fast: ClockNote | None) -> str:
+        return fast.hint if fast is not None else ""
+
+    def _check_live_pace(self, game_seconds: int, received_at: float) -> list[FeedItem]:
+        """Live (``received_at`` is the wall clock at reading): a map whose game time outruns it."""
+        if self._map_wall is None:
+            return []
+        note = self._fast_clock(received_at, game_seconds)
+        return [note] if note is not None else []
+
+    def _sayteam(self, game_seconds: int, payload: str, received_at: float) -> list[FeedItem]:
+        return self._say(game_seconds, payload, received_at, team=True)
+
+    def _say(
+        self, game_seconds: int, payload: str, received_at: float, *, team: bool = False
+    ) -> list[FeedItem]:
+        """``say: <name>: <text>``: the log names the speaker, not the slot, so the name is
+        matched against the slots' names; a name two slots share is not guessed at."""
+        t = self._clock(game_seconds, received_at)
+        body = payload[1:] if payload.startswith(" ") else payload
+        slot: int | None = None
+        unresolved = "unknown_name"
+        name, text = "", body
+        # Names may contain ": " themselves. Every prefix ending before a ": " is tried; exactly
+        # one slot may match across all of them, else ("Dr" saying "Who: hi" and "Dr: Who"
+        # saying "hi" look the same) the line is refused rather than answered to a guess.
+        matches: list[tuple[int, str, str]] = []
+        cut = body.find(": ")
+        while 0 <= cut <= _MAX_SAY_NAME:
+            candidate = clean_name(body[:cut])
+            matches += [
+                (k, candidate, body[cut + 2 :]) for k, c in self._clients.items() if c.name == candidate
+            ]
+            cut = body.find(": ", cut + 1)
+        if matches:
+            slot, name, text = matches[-1]
+            if len(matches) > 1:
+                slot, unresolved = None, "ambiguous_name"
+            else:
+                unresolved = ""
+        if not name:
+            head, _, rest = body.partition(": ")
+            name, text = clean_name(head[:_MAX_SAY_NAME]), rest
+        client = self._clients.get(slot) if slot is not None else None
+        return [
+            ChatLine(
+                server=self.options.server,
+                t=t,
+                slot=str(slot) if client is not None else None,
+                player=client.player if client is not None else None,
+                name=name[:MAX_NAME_BYTES],
+                text=text[:MAX_CHAT_CHARS],
+                team=team,
+                unresolved=unresolved,
+            )
+        ]
 
     def _end(self, game_seconds: int, payload: str, received_at: float) -> list[FeedItem]:
         t = self._clock(game_seconds, received_at)

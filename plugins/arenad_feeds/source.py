@@ -59,7 +59,7 @@ from typing import Any, Final, Literal
 
 from arenad.core.events import MAX_NAME_BYTES, KillEvent, Reject, RejectReason
 from arenad.errors import ConfigError, ConfigProblem, InputError
-from arenad.feeds import FeedItem, IdentityUpdate, MatchBoundary, NonKill
+from arenad.feeds import ChatLine, FeedItem, IdentityUpdate, MatchBoundary, NonKill
 from arenad.identity import SteamIdError, canonical_steam_id
 
 #: Longest datagram or line accepted, in bytes (Source itself sends lines far shorter).
@@ -79,6 +79,10 @@ _HEADER = re.compile(r"L (\d\d)/(\d\d)/(\d{4}) - (\d\d):(\d\d):(\d\d): ")
 _SUBJECT = re.compile(r'"([^"]*)"(?: \[[^\]"]*\])? ')
 _KILL = re.compile(r'killed "([^"]*)"(?: \[[^\]"]*\])? with "([^"]*)"(?: .*)?', re.DOTALL)
 _SUICIDE = re.compile(r'committed suicide with "([^"]*)"(?: .*)?', re.DOTALL)
+# Chat: the text is everything between the first quote and the last (a player may type quotes).
+_SAY = re.compile(r'(say|say_team) "(.*)"[ \t]*', re.DOTALL)
+#: Longest chat text kept (commands are short; a long line is cut, not refused).
+MAX_CHAT_CHARS = 200
 _CHANGED_NAME = re.compile(r'changed name to "([^"]*)"', re.DOTALL)
 # Parsed from the end: names may contain '<', '>' and anything else but '"', while the uid,
 # the Steam ID and the team never contain '<' or '>'.
@@ -238,7 +242,7 @@ def _identity(p: _Player) -> str | Reject:
     return identity
 
 
-_COUNTERS: Final = ("lines", "kills", "non_kills", "rejects", "boundaries", "identities", "ignored")
+_COUNTERS: Final = ("lines", "kills", "non_kills", "rejects", "boundaries", "identities", "ignored", "chat")
 
 
 #: The phrases after a player token that ``_player_event`` acts on.
@@ -248,6 +252,8 @@ _HANDLED_PHRASES = (
     " was killed by ",
     " entered the game",
     " changed name to ",
+    ' say "',
+    ' say_team "',
 )
 
 
@@ -282,6 +288,8 @@ class SourceParser:
                 counts["rejects"] += 1
             elif type(item) is MatchBoundary:
                 counts["boundaries"] += 1
+            elif type(item) is ChatLine:
+                counts["chat"] += 1
             else:
                 counts["identities"] += 1
         return items
@@ -381,8 +389,31 @@ class SourceParser:
                 return [Reject(RejectReason.MALFORMED, "unparsable 'changed name' line")]
             renamed = _Player(m[1], player.slot, player.steam_id, player.team)
             return self._identity_update(player, renamed)
-        # Purchases, chat, damage, "killed other" (chickens), assists, CS2 JSON statistics...
+        if rest.startswith(("say ", "say_team ")):
+            return self._chat(subject[1], rest, t)
+        # Purchases, damage, "killed other" (chickens), assists, CS2 JSON statistics...
         return []
+
+    def _chat(self, token: str, rest: str, t: float) -> list[FeedItem]:
+        """``"Name<uid><STEAMID><TEAM>" say "text"``: answered to ``#uid`` (sm_psay's target)."""
+        m = _SAY.fullmatch(rest)
+        player = _parse_player(token)
+        if m is None or player is None:
+            return []  # chat we cannot read is not worth a reject: it is never rated
+        identity = _identity(player)
+        resolved = isinstance(identity, str)
+        return [
+            ChatLine(
+                server=self.options.server,
+                t=t,
+                slot=f"#{player.slot}" if resolved else None,
+                player=identity if isinstance(identity, str) else None,
+                name=player.name[:MAX_NAME_BYTES],
+                text=m[2][:MAX_CHAT_CHARS],
+                team=m[1] == "say_team",
+                unresolved="" if resolved else "unknown_name",
+            )
+        ]
 
     def _kill(self, attacker_token: str, rest: str, t: float, line: bytes) -> list[FeedItem]:
         m = _KILL.fullmatch(rest)

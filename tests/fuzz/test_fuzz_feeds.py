@@ -24,7 +24,7 @@ from arenad.core.events import MAX_NAME_BYTES, KillEvent, PlacementEvent, Reject
 from arenad.daemon.config_sources import HlUdpSettings
 from arenad.daemon.sources.hl_udp import HlUdpSource
 from arenad.daemon.types import Batch
-from arenad.feeds import FeedItem, IdentityUpdate, MatchBoundary, NonKill
+from arenad.feeds import ChatLine, ClockNote, FeedItem, IdentityUpdate, MatchBoundary, NonKill
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REALDATA = Path(__file__).resolve().parents[1] / "data" / "realdata"
@@ -49,6 +49,10 @@ def check_items(items: list[FeedItem], line: bytes) -> None:
             assert len(it.detail) <= 400 + 12 * len(line)
         elif isinstance(it, IdentityUpdate):
             assert _fits(it.player)
+        elif isinstance(it, ChatLine):
+            assert len(it.text) <= 200 and len(it.name) <= MAX_NAME_BYTES
+        elif isinstance(it, ClockNote):
+            assert it.moved >= 0 and math.isfinite(it.t)
         else:
             assert isinstance(it, (MatchBoundary, NonKill))
 

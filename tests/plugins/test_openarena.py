@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import itertools
 import json
 import math
 import re
@@ -19,7 +20,16 @@ from hypothesis import strategies as st
 from arenad.core.engine import Engine
 from arenad.core.events import MAX_NAME_BYTES, KillEvent, PlacementEvent, Reject, RejectReason
 from arenad.errors import ConfigError
-from arenad.feeds import Alias, FeedItem, FeedParser, IdentityUpdate, MatchBoundary, NonKill
+from arenad.feeds import (
+    Alias,
+    ChatLine,
+    ClockNote,
+    FeedItem,
+    FeedParser,
+    IdentityUpdate,
+    MatchBoundary,
+    NonKill,
+)
 
 # The real captures live outside the repository (they are shared test data, README included).
 # Unedited copies of ../shared/realdata (same sha256 as its README lists), kept in the repo so
@@ -507,7 +517,6 @@ class TestMalformedLines:
             b"",
             b"  0:00 ------------------------------------------------------------",
             b"  0:17 Item: 0 weapon_railgun",
-            b"  0:28 say: Penguin: Kill: 1 2 3: not a kill",
             b"  4:11 score: 30  ping: 0  client: 6 Grism",
             b"  0:16 Playerstore: Failed to restore player. Invalid guid: ",
             b"  0:26 PlayerScore: 0 1: Liz now has 1 points",
@@ -518,6 +527,11 @@ class TestMalformedLines:
     def test_other_lines_are_ignored(self, line: bytes) -> None:
         p, _ = two_players()
         assert p.feed(line, T0) == []
+
+    def test_chat_that_looks_like_a_kill_is_chat(self) -> None:
+        p, _ = two_players()
+        (item,) = p.feed(b"  0:28 say: Penguin: Kill: 1 2 3: not a kill", T0)
+        assert isinstance(item, ChatLine) and item.text == "Kill: 1 2 3: not a kill"
 
     def test_exit_then_shutdown_ends_the_match_once(self) -> None:
         p, _ = two_players()
@@ -580,7 +594,7 @@ class TestPlacements:
             "end", STAMP_UNIX + 251, {"reason": "Fraglimit hit.", "map_index": "1"}
         )
         assert feed_all(p, scoreboard([(30, 1), (12, 0), (12, 2)])) == []
-        out = feed_all(p, [b"  4:20 say: Bob: gg"])
+        out = [i for i in feed_all(p, [b"  4:20 say: Bob: gg"]) if not isinstance(i, ChatLine)]
         assert out == [
             PlacementEvent(
                 STAMP_UNIX + 251,
@@ -759,8 +773,15 @@ class TestFuzz:
         p = parser(**options)
         for line in lines:
             for it in p.feed(line, received_at):
-                assert isinstance(it, (KillEvent, Reject, IdentityUpdate, MatchBoundary, NonKill))
-                if isinstance(it, KillEvent):
+                assert isinstance(
+                    it, (KillEvent, Reject, IdentityUpdate, MatchBoundary, NonKill, ChatLine, ClockNote)
+                )
+                if isinstance(it, ChatLine):
+                    assert len(it.text) <= 200 and len(it.name) <= MAX_NAME_BYTES
+                    assert (it.slot is None) == (it.player is None) == bool(it.unresolved)
+                elif isinstance(it, ClockNote):
+                    assert it.moved >= 0 and math.isfinite(it.t)
+                elif isinstance(it, KillEvent):
                     assert it.attacker != it.victim and _fits(it.attacker) and _fits(it.victim)
                     assert math.isfinite(it.t) and it.id and _fits(it.id)
                 elif isinstance(it, Reject):
@@ -768,3 +789,131 @@ class TestFuzz:
         again = parser(**options)
         again.restore(json.loads(json.dumps(p.state())))
         assert again.state() == p.state()
+
+
+# ---------------------------------------------------------------------------- chat
+def say(name: str, text: str, at: int = 20, team: bool = False) -> bytes:
+    return f"{clock(at)} {'sayteam' if team else 'say'}: {name}: {text}".encode()
+
+
+class TestChat:
+    """say / sayteam lines: the logged name mapped to its slot through the tracked userinfo."""
+
+    def test_say_maps_to_the_slot(self) -> None:
+        p, _ = two_players(server="oa-1")
+        (item,) = p.feed(say("Bob", "!rank"), T0)
+        assert item == ChatLine("oa-1", STAMP_UNIX + 20, "1", "name:Bob", "Bob", "!rank", False)
+        (team,) = p.feed(say("Alice", "!top 3", team=True), T0)
+        assert isinstance(team, ChatLine) and team.slot == "0" and team.team
+
+    def test_colour_codes_and_names_with_colons(self) -> None:
+        p = parser()
+        feed_all(p, [init_game(), userinfo(4, "^1Dr: ^7Who")])
+        (item,) = p.feed(say("^1Dr: ^7Who", "!rank"), T0)
+        assert isinstance(item, ChatLine) and (item.slot, item.name, item.text) == ("4", "Dr: Who", "!rank")
+        # With a "Dr" on the server too, "Dr: Who: x" reads two ways: refused, not guessed.
+        feed_all(p, [userinfo(5, "Dr")])
+        (both,) = p.feed(say("Dr", "Who: hi"), T0)
+        assert isinstance(both, ChatLine) and both.slot is None and both.unresolved == "ambiguous_name"
+        (short,) = p.feed(say("Dr", "!rank"), T0)
+        assert isinstance(short, ChatLine) and short.slot == "5" and short.text == "!rank"
+
+    def test_duplicate_names_are_refused(self) -> None:
+        """Two slots with one name: the log cannot tell who spoke, and arenad does not guess."""
+        p = parser()
+        feed_all(p, [init_game(), userinfo(2, "Grunt", bot=True), userinfo(3, "Grunt", bot=True)])
+        (item,) = p.feed(say("Grunt", "!rank"), T0)
+        assert isinstance(item, ChatLine)
+        assert (item.slot, item.player, item.unresolved) == (None, None, "ambiguous_name")
+        p.feed(disconnect(3), T0)  # now the name is unique again
+        (item,) = p.feed(say("Grunt", "!rank"), T0)
+        assert isinstance(item, ChatLine) and item.slot == "2"
+
+    def test_unknown_speaker(self) -> None:
+        p, _ = two_players()
+        (item,) = p.feed(say("Nobody", "!rank"), T0)
+        assert isinstance(item, ChatLine) and item.slot is None and item.unresolved == "unknown_name"
+
+    def test_a_long_line_is_cut_not_refused(self) -> None:
+        p, _ = two_players()
+        (item,) = p.feed(say("Bob", "!rank " + "x" * 1000), T0)
+        assert isinstance(item, ChatLine) and len(item.text) == 200
+
+    @given(st.text(max_size=300))
+    @settings(max_examples=200)
+    def test_any_chat_text(self, text: str) -> None:
+        p, _ = two_players()
+        items = p.feed(b"  0:10 say: " + text.encode("utf-8", "surrogatepass"), T0)
+        assert all(isinstance(i, ChatLine) for i in items)
+
+    def test_real_capture_chat_all_resolved(self) -> None:
+        """The bots' taunts in the real capture: every line maps to exactly one slot."""
+        p = parser()
+        chat = [i for i in feed_all(p, realdata("openarena-2.log").splitlines()) if isinstance(i, ChatLine)]
+        assert len(chat) == len(re.findall(rb"^ *\d+:\d\d say: ", realdata("openarena-2.log"), re.MULTILINE))
+        assert chat and all(c.slot is not None for c in chat)
+
+
+# ---------------------------------------------------------------------------- clock
+class TestMonotonicClock:
+    """A log whose clock runs backwards at map changes keeps its kills (issue 17)."""
+
+    def test_real_timescale_4_capture_keeps_every_kill(self) -> None:
+        """openarena-2.log ran at timescale 4 unannounced: each InitGame's g_timestamp lies behind
+        the previous map's last kill. Re-anchored, no kill goes backwards; the fast clock is named."""
+        p = parser()
+        items = feed_all(p, realdata("openarena-2.log").splitlines())
+        ks = kills(items)
+        assert len(ks) == 696  # every player kill of the README's table
+        assert all(a.t <= b.t for a, b in itertools.pairwise(ks))
+        notes = [i for i in items if isinstance(i, ClockNote)]
+        moved = [n for n in notes if n.kind == "reanchored"]
+        fast = [n for n in notes if n.kind == "fast_clock"]
+        assert len(moved) == 6 and all(n.moved > 0 for n in moved)  # every InitGame after the first
+        assert len(fast) == 6 and all(3.5 < n.ratio < 4.5 for n in fast)
+        assert all("timescale = 4" in n.hint for n in fast)
+
+    def test_with_the_right_timescale_almost_nothing_moves(self) -> None:
+        items = feed_all(parser(timescale=4.0), realdata("openarena-2.log").splitlines())
+        notes = [i for i in items if isinstance(i, ClockNote)]
+        # Only the rounding of a one-second g_timestamp and m:ss game clock is left.
+        assert all(n.kind == "reanchored" and n.moved <= 2.0 for n in notes)
+        ks = kills(items)
+        assert len(ks) == 696 and all(a.t <= b.t for a, b in itertools.pairwise(ks))
+
+    def test_replay_rejects_nothing_as_out_of_order(self) -> None:
+        from arenad.core.params import ADRParams
+        from arenad.replay import replay_log_files
+
+        _, summary = replay_log_files([REALDATA / "openarena-2.log"], ADRParams(), OpenArenaFeed(), {})
+        assert summary.rejected.get("out_of_order", 0) == 0
+        assert summary.events == 696
+        assert summary.log is not None and summary.log["clock_reanchored"] == 6
+        assert summary.log["clock_timescale_hint"] == 4
+
+    def test_a_stepped_back_server_clock(self) -> None:
+        p, _ = two_players()
+        first = kills(p.feed(kill(0, 1, at=600), T0))[0]
+        items = p.feed(init_game(timestamp="2026-11-30 19:00:00"), T0)  # 20 minutes earlier
+        (note,) = [i for i in items if isinstance(i, ClockNote)]
+        assert note.kind == "reanchored" and note.moved == pytest.approx(first.t - (STAMP_UNIX - 1208))
+        feed_all(p, [userinfo(0, "Alice"), userinfo(1, "Bob")])
+        assert kills(p.feed(kill(1, 0, at=5), T0))[0].t == first.t + 5
+
+    def test_live_fast_clock(self) -> None:
+        p = parser(live=True)
+        p.feed(init_game(), 1000.0)
+        feed_all(p, [userinfo(0, "A"), userinfo(1, "B")], received_at=1000.0)
+        assert not [i for i in p.feed(kill(0, 1, at=40), 1030.0) if isinstance(i, ClockNote)]  # 40/30
+        notes = [i for i in p.feed(kill(0, 1, at=120), 1030.0) if isinstance(i, ClockNote)]  # 120/30
+        assert len(notes) == 1 and notes[0].kind == "fast_clock" and "timescale = 4" in notes[0].hint
+        assert not [i for i in p.feed(kill(0, 1, at=200), 1040.0) if isinstance(i, ClockNote)]  # once a map
+
+    def test_clock_state_survives_a_restart(self) -> None:
+        p = parser()
+        lines = realdata("openarena-2.log").splitlines()
+        half = len(lines) // 2
+        first = feed_all(p, lines[:half])
+        q = parser()
+        q.restore(json.loads(json.dumps(p.state())))
+        assert kills(first + feed_all(q, lines[half:])) == kills(feed_all(parser(), lines))

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from arenad.core.engine import Engine
 from arenad.core.events import KillEvent, Reject, RejectReason
 from arenad.errors import ConfigError, InputError
-from arenad.feeds import FeedItem, FeedParser, FeedPlugin, IdentityUpdate, MatchBoundary, NonKill
+from arenad.feeds import ChatLine, FeedItem, FeedParser, FeedPlugin, IdentityUpdate, MatchBoundary, NonKill
 
 STAMP = "10/20/2023 - 18:23:45"
 T = datetime(2023, 10, 20, 18, 23, 45, tzinfo=UTC).timestamp()
@@ -263,7 +263,6 @@ class TestOtherEvents:
         "body",
         [
             f'{ALICE_CSGO} purchased "ak47"',
-            f'{ALICE_CSGO} say "gg"',
             f'{ALICE_CSGO} [1 2 3] attacked {BOB_CSGO} [4 5 6] with "ak47" (damage "27") (health "73")',
             f'{ALICE_CSGO} [1 2 3] killed other "chicken<212>" [4 5 6] with "knife"',
             f"{ALICE_CSGO} assisted killing {BOB_CSGO}",
@@ -458,6 +457,7 @@ class TestState:
             "boundaries": 1,
             "identities": 0,
             "ignored": 1,
+            "chat": 0,
         }
         fresh = SourceParser()
         fresh.restore(state)
@@ -478,6 +478,7 @@ class TestState:
                 "boundaries": 0,
                 "identities": 0,
                 "ignored": 0,
+                "chat": 0,
             },
         }
 
@@ -589,7 +590,7 @@ def fragment_lines() -> st.SearchStrategy[bytes]:
 
 
 def check_item(item: object) -> None:
-    assert isinstance(item, (KillEvent, Reject, IdentityUpdate, MatchBoundary, NonKill))
+    assert isinstance(item, (KillEvent, Reject, IdentityUpdate, MatchBoundary, NonKill, ChatLine))
     if isinstance(item, KillEvent):
         assert math.isfinite(item.t)
         assert item.attacker != item.victim
@@ -672,3 +673,22 @@ class TestReplay:
         assert engine.applied > 400
         assert engine.names[engine.top(1)[0]] == f"steam:[U:1:{1000 + ace}]"
         assert "bot:Bot Zed" in engine.ids
+
+
+class TestChat:
+    """say / say_team lines become chat for the in-game commands, answered to #userid."""
+
+    def test_say_and_say_team(self) -> None:
+        p = SourceFeed().parser({"server": "cs-1"})
+        (item,) = p.feed(b'L 10/01/2026 - 12:00:00: "Alice<2><STEAM_1:0:123><CT>" say "!rank"', 0.0)
+        assert isinstance(item, ChatLine)
+        assert item == ChatLine("cs-1", item.t, "#2", "steam:[U:1:246]", "Alice", "!rank", False)
+        (team,) = p.feed(b'L 10/01/2026 - 12:00:01: "Bot<3><BOT><CT>" say_team "!top 2"', 0.0)
+        assert isinstance(team, ChatLine) and team.team and team.player == "bot:Bot"
+
+    def test_quotes_semicolons_and_pending_ids(self) -> None:
+        p = SourceFeed().parser({})
+        (item,) = p.feed(b'L 10/01/2026 - 12:00:00: "A;b<2><STEAM_1:0:1><CT>" say "!rank x";quit""', 0.0)
+        assert isinstance(item, ChatLine) and item.text == '!rank x";quit"' and item.name == "A;b"
+        (pending,) = p.feed(b'L 10/01/2026 - 12:00:00: "C<4><STEAM_ID_PENDING><CT>" say "!rank"', 0.0)
+        assert isinstance(pending, ChatLine) and pending.slot is None and pending.unresolved

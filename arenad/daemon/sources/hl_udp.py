@@ -28,10 +28,11 @@ import asyncio
 import socket
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import structlog
 from arenad_feeds.source import SourceFeed, SourceOptions, SourceParser, unframe_udp
 
 from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason
@@ -40,7 +41,9 @@ from arenad.daemon.config_sources import HlServer, HlUdpSettings, normal_ip, par
 from arenad.daemon.secrets import read_secret
 from arenad.daemon.types import Batch
 from arenad.errors import ConfigError, ConfigProblem
-from arenad.feeds import NonKill
+from arenad.feeds import ChatLine, NonKill
+
+log = structlog.get_logger("arenad.source_udp")
 
 #: The name of this source in batches, metrics and ``dropped``; also its config section.
 SOURCE: Final = "source_udp"
@@ -157,6 +160,8 @@ class HlUdpSource(asyncio.DatagramProtocol):
         #: Lines on which the feed parser raised (a bug in it; each becomes a malformed reject).
         self.parser_errors = 0
         self.transport: asyncio.DatagramTransport | None = None
+        #: Where chat lines go (the in-game commands), set by the source; None: dropped.
+        self.chat: Callable[[ChatLine], None] | None = None
 
     def _parser(self, server: str) -> SourceParser:
         parser = self._feed.parser(self.settings.parser_options(server))
@@ -216,6 +221,11 @@ class HlUdpSource(asyncio.DatagramProtocol):
                 items.append(item)
             elif isinstance(item, NonKill):
                 self.nonkills[item.kind] += 1
+            elif isinstance(item, ChatLine) and self.chat is not None:
+                try:
+                    self.chat(item)  # the in-game commands: never journaled
+                except Exception:  # the sink's bug must not stop the receiver
+                    log.exception("chat_sink_failed", server=route.server)
             # Identity updates and match boundaries matter to the parser's own state only.
         if items:
             self._put(items, route.server)

@@ -31,7 +31,7 @@ from arenad.daemon.sources.mqtt import MqttStatus, load_password, run_mqtt, tls_
 from arenad.daemon.sources.tail import LogFollower
 from arenad.daemon.sources.udp import AuthRejectCollector, UdpSource, load_udp_keys, open_udp
 from arenad.daemon.types import Batch
-from arenad.feeds import feed_plugin, loaded_feeds
+from arenad.feeds import ChatLine, feed_plugin, loaded_feeds
 from arenad.settings import Settings
 
 log = structlog.get_logger("arenad")
@@ -48,6 +48,9 @@ class SourceContext:
     clock_ms: Callable[[], int]  # the daemon's step-proof wall clock, in ms
     #: Checkpointed resume positions by key (log followers).
     positions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Where players' chat lines go (the in-game commands, ``arenad.ingame``); never journaled.
+    #: ``None``: no one listens, and sources drop chat.
+    chat: Callable[[ChatLine], None] | None = None
 
 
 class Source(Protocol):
@@ -158,6 +161,7 @@ class SourceLogIngest(_Datagrams):
         self.transport, self.protocol = await open_hl_udp(
             self.settings, ctx.queue, self.dropped, self._secrets
         )
+        self.protocol.chat = ctx.chat
         return self.bound()
 
 
@@ -201,7 +205,9 @@ class TailIngest(_Quiet):
         options = dict(spec.options)
         if spec.server is not None:
             options.setdefault("server", spec.server)
-        self.follower = LogFollower(spec, plugin.parser(options), ctx.queue, ctx.positions.get(spec.key))
+        self.follower = LogFollower(
+            spec, plugin.parser(options), ctx.queue, ctx.positions.get(spec.key), chat=ctx.chat
+        )
         return {}
 
     async def run(self, ctx: SourceContext) -> None:
@@ -211,9 +217,16 @@ class TailIngest(_Quiet):
     def nonkills(self) -> Counter[str]:
         return Counter(self.follower.status.nonkills) if self.follower is not None else Counter()
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, int | float]:
         st = self.follower.status if self.follower is not None else None
-        return {"lines": st.lines if st else 0, "rotations": st.rotations if st else 0}
+        return {
+            "lines": st.lines if st else 0,
+            "rotations": st.rotations if st else 0,
+            "clock_reanchored": st.clock["reanchored"] if st else 0,
+            "clock_moved_seconds": round(st.moved_seconds, 3) if st else 0.0,
+            "clock_fast": st.clock["fast_clock"] if st else 0,
+            "chat": st.chat if st else 0,
+        }
 
 
 def default_sources(settings: Settings) -> list[Source]:

@@ -12,6 +12,12 @@
   parser, are refused as ``duplicate_id`` instead of being rated twice.
 * It waits on the bounded engine queue, so a busy engine pauses the reading (nothing is lost:
   the file keeps the data).
+* Chat lines (``ChatLine``) go to the ``chat`` sink, never to the engine queue (they are not
+  journaled). Only chat read after the follower first reached the end of the file is handed
+  over: a backlog (a restart resuming at its checkpoint, ``from_start``) holds chat that was
+  said minutes or days ago, and answering it now would answer nobody.
+* A feed's clock corrections (``ClockNote``: a map re-anchored so time stays monotonic, a game
+  clock running faster than the wall clock) are counted in ``status.clock`` and logged.
 
 Polling (every ``poll`` seconds at end of file) rather than inotify: it needs no dependency,
 works on every filesystem, and costs one ``stat`` per poll.
@@ -24,7 +30,7 @@ import contextlib
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +40,7 @@ import structlog
 from arenad.core.events import KillEvent, PlacementEvent, Reject
 from arenad.daemon.config_sources import TailSpec
 from arenad.daemon.types import Batch, ControlRequest
-from arenad.feeds import Alias, FeedParser, NonKill
+from arenad.feeds import Alias, ChatLine, ClockNote, FeedParser, NonKill
 
 log = structlog.get_logger("arenad.tail")
 
@@ -49,6 +55,12 @@ class TailStatus:
     rotations: int = 0
     truncations: int = 0
     nonkills: Counter[str] = field(default_factory=Counter)
+    #: ClockNote kinds seen (reanchored, fast_clock) and the seconds maps were moved in all.
+    clock: Counter[str] = field(default_factory=Counter)
+    moved_seconds: float = 0.0
+    #: Chat lines handed to the sink, and those held back as backlog.
+    chat: int = 0
+    stale_chat: int = 0
 
 
 class LogFollower:
@@ -60,12 +72,17 @@ class LogFollower:
         parser: FeedParser,
         queue: asyncio.Queue[Batch],
         position: Mapping[str, Any] | None = None,
+        *,
         poll: float = 0.2,
+        chat: Callable[[ChatLine], None] | None = None,
     ) -> None:
         self.spec = spec
         self.parser = parser
         self.queue = queue
         self.poll = poll
+        self.chat = chat
+        self._caught_up = False  # reached the end of the file once: what follows is live
+        self._chat_failed = False
         self.status = TailStatus()
         self._saved = dict(position) if position else None
         if self._saved and self._saved.get("parser") is not None:
@@ -103,6 +120,7 @@ class LogFollower:
                         await self._emit(lines, ident, offset)
                     continue
                 # At the end of the file: rotated, truncated, or just nothing new yet?
+                self._caught_up = True
                 st: os.stat_result | None
                 try:
                     st = os.stat(path)
@@ -174,6 +192,10 @@ class LogFollower:
                     alias = ControlRequest(
                         "merge", {"player": item.player, "into": item.into, "reason": reason}, item.t
                     )
+                elif isinstance(item, ChatLine):
+                    self._chat(item)
+                elif isinstance(item, ClockNote):
+                    self._clock_note(item)
             if k % LINES_PER_SLICE == 0:
                 await asyncio.sleep(0)
         self.status.lines += len(lines)
@@ -188,6 +210,37 @@ class LogFollower:
                 control=alias,
             )
         )
+
+    def _chat(self, line: ChatLine) -> None:
+        if self.chat is None:
+            return
+        if not self._caught_up:
+            self.status.stale_chat += 1
+            return
+        self.status.chat += 1
+        try:
+            self.chat(line)
+        except Exception:  # the sink's bug must not stop the reading of kills
+            if not self._chat_failed:  # once: a line that trips it would trip it every time
+                self._chat_failed = True
+                log.exception("chat_sink_failed", path=self.spec.path)
+
+    def _clock_note(self, note: ClockNote) -> None:
+        status = self.status
+        status.clock[note.kind] += 1
+        if note.kind == "reanchored":
+            status.moved_seconds += note.moved
+            # Once per map change at most: a log's clock, not a per-event message.
+            log.warning(
+                "tail_clock_reanchored",
+                path=self.spec.path,
+                moved_seconds=round(note.moved, 3),
+                reanchored=status.clock["reanchored"],
+                moved_seconds_total=round(status.moved_seconds, 3),
+                hint=note.hint or None,
+            )
+        else:
+            log.warning("tail_clock_fast", path=self.spec.path, ratio=round(note.ratio, 2), hint=note.hint)
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:
