@@ -1,0 +1,83 @@
+"""The rating-history chart as inline SVG: pure, points in, markup out.
+
+Inline so the page needs no script and no second request (the Content-Security-Policy allows no
+inline script anyway). Every number is formatted by this module and every text is escaped, so
+the markup is safe to insert unescaped into a template. At most ``MAX_POINTS`` are drawn: longer
+histories are thinned to evenly spaced samples, keeping the first and the last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from html import escape
+
+from arenad.web.port import HistoryPoint
+
+MAX_POINTS = 600
+WIDTH = 640
+HEIGHT = 240
+_PAD_L, _PAD_R, _PAD_T, _PAD_B = 52, 12, 12, 28
+
+
+def thin(points: Sequence[HistoryPoint], limit: int = MAX_POINTS) -> list[HistoryPoint]:
+    """At most ``limit`` of ``points``, evenly spaced by index, first and last kept."""
+    n = len(points)
+    if n <= limit:
+        return list(points)
+    step = (n - 1) / (limit - 1)
+    return [points[round(j * step)] for j in range(limit)]
+
+
+def _day(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d")
+
+
+def history_svg(points: Sequence[HistoryPoint], label: str) -> str:
+    """An SVG line chart of rating (solid) and display rating (dashed) over time.
+
+    ``label`` names the chart for screen readers (``aria-label`` and ``<title>``); an empty
+    history draws a chart with a sentence saying so.
+    """
+    title = escape(label)
+    head = (
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{title}" '
+        f'xmlns="http://www.w3.org/2000/svg" preserveAspectRatio="xMidYMid meet"><title>{title}</title>'
+    )
+    pts = thin(points)
+    if not pts:
+        return (
+            head + f'<text x="{WIDTH / 2:.0f}" y="{HEIGHT / 2:.0f}" text-anchor="middle" '
+            'class="chart-empty">No rating history yet</text></svg>'
+        )
+    t0, t1 = pts[0].t, pts[-1].t
+    values = [p.rating for p in pts] + [p.display for p in pts]
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-9:
+        lo, hi = lo - 1.0, hi + 1.0
+    span_t = t1 - t0 if t1 > t0 else 1.0
+    w = WIDTH - _PAD_L - _PAD_R
+    h = HEIGHT - _PAD_T - _PAD_B
+
+    def x(t: float) -> float:
+        return _PAD_L + (t - t0) / span_t * w
+
+    def y(v: float) -> float:
+        return _PAD_T + (hi - v) / (hi - lo) * h
+
+    rating = " ".join(f"{x(p.t):.1f},{y(p.rating):.1f}" for p in pts)
+    display = " ".join(f"{x(p.t):.1f},{y(p.display):.1f}" for p in pts)
+    parts = [head]
+    for v in (lo, (lo + hi) / 2, hi):  # three gridlines with their values
+        parts.append(
+            f'<line class="grid" x1="{_PAD_L}" x2="{WIDTH - _PAD_R}" y1="{y(v):.1f}" y2="{y(v):.1f}"/>'
+            f'<text class="axis" x="{_PAD_L - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>'
+        )
+    parts.append(
+        f'<text class="axis" x="{_PAD_L}" y="{HEIGHT - 8}">{_day(t0)}</text>'
+        f'<text class="axis" x="{WIDTH - _PAD_R}" y="{HEIGHT - 8}" text-anchor="end">{_day(t1)}</text>'
+        f'<polyline class="line-display" fill="none" points="{display}"/>'
+        f'<polyline class="line-rating" fill="none" points="{rating}"/>'
+        "</svg>"
+    )
+    return "".join(parts)
