@@ -205,7 +205,9 @@ def error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": ref("Error")}}}
 
 
-def op(summary: str, schema: str, params: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> dict:
+def op(
+    summary: str, schema: str, params: list[dict[str, Any]], extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     responses: dict[str, Any] = {
         "200": {"description": "OK", "content": {"application/json": {"schema": ref(schema)}}},
         "304": {"description": "Not modified (If-None-Match matched the ETag)"},

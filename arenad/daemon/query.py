@@ -48,8 +48,8 @@ from arenad.daemon.config import QuerySettings, parse_hostport
 from arenad.daemon.types import QUERY_REJECT_REASONS
 from arenad.errors import ArenadError
 from arenad.scopes import ScopeSet
+from arenad.views import TokenBucket as TokenBucket  # noqa: PLC0414 - re-exported (mypy strict): its tests import it here
 from arenad.views import (
-    TokenBucket,
     engine_stats,
     ladder_rows,
     player_body,

@@ -66,7 +66,9 @@ class MemoryHistory:
         self._sessions: dict[tuple[str, str], list[Session]] = defaultdict(list)
         self._open: dict[tuple[str, str], list[Any]] = {}
 
-    def record(self, scope: str, player: str, server: str, t: float, kill: bool, point: HistoryPoint) -> None:
+    def record(
+        self, scope: str, player: str, *, server: str, t: float, kill: bool, point: HistoryPoint
+    ) -> None:
         key = (scope, player)
         self._points[key].append(point)
         cur = self._open.get(key)
@@ -138,7 +140,7 @@ def build_world(players: int = 120, days: int = 4, seed: int = 7) -> World:
             i = eng.ids.get(name)
             if i is not None:
                 point = HistoryPoint(t, eng.mu(i), eng.display(i), eng.tier_of(i))
-                history.record("global", name, server, t, kill, point)
+                history.record("global", name, server=server, t=t, kill=kill, point=point)
     history.finish()
     return World(sset, history, MemoryHidden(), regulars)
 
