@@ -17,7 +17,7 @@ from arenad.web.port import HistoryPoint
 MAX_POINTS = 600
 WIDTH = 640
 HEIGHT = 240
-_PAD_L, _PAD_R, _PAD_T, _PAD_B = 52, 12, 12, 28
+_PAD_L, _PAD_R, _PAD_T, _PAD_B = 60, 12, 14, 34
 
 
 def thin(points: Sequence[HistoryPoint], limit: int = MAX_POINTS) -> list[HistoryPoint]:

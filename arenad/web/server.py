@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,9 @@ from arenad.web.port import WebPorts
 from arenad.web.request import Request
 
 log = structlog.get_logger("arenad.web")
+_QUIET = logging.getLogger("arenad.web.http")
+_QUIET.setLevel(logging.CRITICAL)
+_QUIET.propagate = False
 
 #: ``observe(route, status, seconds)``: one call per answered request (for metrics).
 Observe = Callable[[str, int, float], None]
@@ -141,6 +145,11 @@ async def start_web(settings: WebSettings, ports: WebPorts, *, observe: Observe 
         max_field_size=settings.max_header_bytes,
         max_headers=64,
         access_log=None,
+        # aiohttp logs every malformed request (an over-long header, say) at error level with a
+        # traceback: a client could fill the log. Requests that reach WebApp never raise (it
+        # answers every failure itself and logs each kind once), so this logger only ever
+        # carries the parser's refusals of bad clients.
+        logger=_QUIET,
     )
 
     def factory() -> asyncio.Protocol:
