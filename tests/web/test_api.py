@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 import pytest
 import structlog
-from conftest import HOSTILE, Client, ServerThread, World, seg, start_server
+from web_harness import HOSTILE, Client, ServerThread, World, seg, start_server
 
 from arenad.web.config import WebSettings
 from arenad.web.port import WebPorts

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import MemoryHidden, World, build_world
+from web_harness import MemoryHidden, World, build_world
 
 from arenad.core.engine import Engine
 from arenad.views import player_body
