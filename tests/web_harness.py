@@ -53,6 +53,7 @@ HOSTILE = (
     "emoji😀",
 )
 SERVERS = ("eu-1", "us-1")
+NEWCOMER = "newcomer"
 
 
 class MemoryHistory:
@@ -132,6 +133,8 @@ def build_world(players: int = 120, days: int = 4, seed: int = 7) -> World:
             other = regulars[(k * 7 + j) % len(regulars)]
             t = last + 1.0 + k * 400 + j * 5
             extra.append((name, other, t) if j % 3 else (other, name, t))
+    # A newcomer with three kills: not placed yet, so its page shows placement progress.
+    extra += [(NEWCOMER, regulars[j], extra[-1][2] + 10.0 + j) for j in range(3)]
     for n, (a, v, t) in enumerate([*events, *extra]):
         server = SERVERS[n % 2] if n < len(events) else SERVERS[0]
         sset.feed(a, v, t, server)
