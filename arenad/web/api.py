@@ -33,7 +33,7 @@ import structlog
 
 from arenad import __version__
 from arenad.core.params import TIER_NAMES
-from arenad.views import TokenBucket, scopes_body
+from arenad.views import TokenBucket, engine_stats, scopes_body
 from arenad.web.config import WebSettings
 from arenad.web.pages import Pages
 from arenad.web.port import WebPorts
@@ -248,7 +248,9 @@ class WebApp:
 
     def _api_status(self, req: Request, params: Params, parts: list[str]) -> tuple[int, Any]:
         params.only(frozenset({"scope"}))
-        return 200, self.status()
+        pub = self._scope(params)
+        # The daemon's figures, and the engine's own for the scope asked (the query op's stats).
+        return 200, {**self.status(), "scope": pub.scope, "ladder": engine_stats(pub.eng)}
 
     def _api_openapi(self, req: Request, params: Params, parts: list[str]) -> tuple[int, Any]:
         params.only(frozenset())

@@ -140,7 +140,9 @@ class TestHostileInTheBrowser:
         for name in HOSTILE:
             assert hrefs[name] == player_url(name)
 
-    @pytest.mark.parametrize("name", ["<script>alert(1)</script>", "rtl\u202eevil\u202c", "a/b", "..", "x" * 128])
+    @pytest.mark.parametrize(
+        "name", ["<script>alert(1)</script>", "rtl\u202eevil\u202c", "a/b", "..", "x" * 128]
+    )
     def test_player_pages(self, base: str, name: str) -> None:
         dom = dom_of(base + player_url(name))
         assert dom.iter("script") == []

@@ -1,4 +1,5 @@
-"""Write arenad/web/openapi.json (OpenAPI 3.1) from the schemas below: `python scripts/web_openapi.py`.
+"""The OpenAPI 3.1 document of the API, as data: `python -m arenad.web.openapi_doc` writes
+arenad/web/openapi.json (served at /api/v1/openapi.json).
 
 The document is checked in; tests/web/test_openapi.py validates every API answer the test suite
 produces against it, and checks the file equals this script's output.
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).parents[1] / "arenad" / "web" / "openapi.json"
+OUT = Path(__file__).parent / "openapi.json"
 
 NUM = {"type": "number"}
 NUM_OR_NULL = {"type": ["number", "null"]}
