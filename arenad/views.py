@@ -64,10 +64,14 @@ def player_body(eng: Engine, i: int, k: float, scope: str) -> dict[str, Any]:
     }
 
 
-def ladder_rows(eng: Engine, ids: Iterable[int], k: float) -> list[dict[str, Any]]:
-    """One leaderboard row per id, in the order given."""
+def ladder_rows(
+    eng: Engine, ids: Iterable[int], k: float, rank: Callable[[int], int] | None = None
+) -> list[dict[str, Any]]:
+    """One leaderboard row per id, in the order given; ``rank`` another ranking than the
+    ladder's own (the web's public ranks skip hidden players)."""
     # The engine's accessors rather than a PlayerView per row: a top-100 is 100 rows.
     names = eng.names
+    rank_of = eng.rank if rank is None else rank
     rows = []
     for i in ids:
         mu = eng.mu(i)
@@ -76,7 +80,7 @@ def ladder_rows(eng: Engine, ids: Iterable[int], k: float) -> list[dict[str, Any
         rows.append(
             {
                 # Competition rank, as in "get": equal ratings share the better rank.
-                "rank": eng.rank(i),
+                "rank": rank_of(i),
                 "player": names[i],
                 "mu": mu,
                 "sigma": sigma,

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
 
+import numpy as np
+
 from arenad.web.port import HistoryPoint
 
 MAX_POINTS = 600
@@ -50,23 +52,29 @@ def history_svg(points: Sequence[HistoryPoint], label: str) -> str:
             head + f'<text x="{WIDTH / 2:.0f}" y="{HEIGHT / 2:.0f}" text-anchor="middle" '
             'class="chart-empty">No rating history yet</text></svg>'
         )
-    t0, t1 = pts[0].t, pts[-1].t
-    values = [p.rating for p in pts] + [p.display for p in pts]
-    lo, hi = min(values), max(values)
+    t = np.array([p.t for p in pts])
+    rating = np.array([p.rating for p in pts])
+    display = np.array([p.display for p in pts])
+    display = np.where(np.isfinite(display), display, rating)  # a display of -inf draws at mu
+    t0, t1 = float(t[0]), float(t[-1])
+    lo = float(min(rating.min(), display.min()))
+    hi = float(max(rating.max(), display.max()))
     if hi - lo < 1e-9:
         lo, hi = lo - 1.0, hi + 1.0
     span_t = t1 - t0 if t1 > t0 else 1.0
     w = WIDTH - _PAD_L - _PAD_R
     h = HEIGHT - _PAD_T - _PAD_B
 
-    def x(t: float) -> float:
-        return _PAD_L + (t - t0) / span_t * w
-
     def y(v: float) -> float:
         return _PAD_T + (hi - v) / (hi - lo) * h
 
-    rating = " ".join(f"{x(p.t):.1f},{y(p.rating):.1f}" for p in pts)
-    display = " ".join(f"{x(p.t):.1f},{y(p.display):.1f}" for p in pts)
+    # Whole units of a 640-wide box (under a CSS pixel on a phone), vectorised: formatting
+    # floats one by one cost ~1 ms for 500 points.
+    xs = np.rint(_PAD_L + (t - t0) / span_t * w).astype(np.int64).tolist()
+    ys_r = np.rint(_PAD_T + (hi - rating) / (hi - lo) * h).astype(np.int64).tolist()
+    ys_d = np.rint(_PAD_T + (hi - display) / (hi - lo) * h).astype(np.int64).tolist()
+    rating_pts = " ".join([f"{a},{b}" for a, b in zip(xs, ys_r, strict=True)])
+    display_pts = " ".join([f"{a},{b}" for a, b in zip(xs, ys_d, strict=True)])
     parts = [head]
     for v in (lo, (lo + hi) / 2, hi):  # three gridlines with their values
         parts.append(
@@ -76,8 +84,8 @@ def history_svg(points: Sequence[HistoryPoint], label: str) -> str:
     parts.append(
         f'<text class="axis" x="{_PAD_L}" y="{HEIGHT - 8}">{_day(t0)}</text>'
         f'<text class="axis" x="{WIDTH - _PAD_R}" y="{HEIGHT - 8}" text-anchor="end">{_day(t1)}</text>'
-        f'<polyline class="line-display" fill="none" points="{display}"/>'
-        f'<polyline class="line-rating" fill="none" points="{rating}"/>'
+        f'<polyline class="line-display" fill="none" points="{display_pts}"/>'
+        f'<polyline class="line-rating" fill="none" points="{rating_pts}"/>'
         "</svg>"
     )
     return "".join(parts)

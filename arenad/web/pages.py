@@ -76,6 +76,8 @@ class Pages:
         self.env.filters.update(num=_num, date=_date, tier_class=_tier_class)
         self.env.globals.update(player_url=player_url, version=__version__, tier_names=TIER_NAMES)
         self._css = resources.files("arenad.web").joinpath("static/web.css").read_bytes()
+        for name in self.env.list_templates():  # compiled now, not on a first visitor's request
+            self.env.get_template(name)
 
     def route(self, raw: list[str]) -> tuple[str, Handler]:
         """The route of a path's raw segments (after the leading ``/``)."""

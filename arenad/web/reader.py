@@ -160,11 +160,7 @@ class Public:
         return e
 
     def rows(self, ids: Sequence[int]) -> list[dict[str, Any]]:
-        rows = ladder_rows(self.eng, ids, DISPLAY_K)
-        if self.hidden_ids:
-            for row, i in zip(rows, ids, strict=True):
-                row["rank"] = self.rank(i)
-        return rows
+        return ladder_rows(self.eng, ids, DISPLAY_K, self.rank if self.hidden_ids else None)
 
 
 # ---------------------------------------------------------------------------- the reader

@@ -118,10 +118,13 @@ class Params:
 
 def decode(raw: str, parameter: str, *, plus: bool) -> str:
     """Percent-decode ``raw`` (``+`` as a space where ``plus``); a 400 naming ``parameter``."""
-    try:
-        text = unquote_plus(raw, errors="strict") if plus else unquote(raw, errors="strict")
-    except UnicodeDecodeError:
-        raise ApiError(400, "is not valid percent-encoded UTF-8", parameter) from None
+    if "%" not in raw and "+" not in raw:  # nothing to decode: most ids of a batch
+        text = raw
+    else:
+        try:
+            text = unquote_plus(raw, errors="strict") if plus else unquote(raw, errors="strict")
+        except UnicodeDecodeError:
+            raise ApiError(400, "is not valid percent-encoded UTF-8", parameter) from None
     if "\x00" in text:
         raise ApiError(400, "must not contain a NUL character", parameter)
     return text

@@ -1,0 +1,308 @@
+"""Web layer latency at 100k–1M players, beside the NDJSON query op on the same ladder in the same run.
+
+Run:  .venv/bin/python -m bench.web [--players 100000,1000000] [--requests 2000] [--quick] [--json]
+
+For each population P: a global ladder of P players (bench/stream.py's server network,
+``bench.core.warm_up``, then its main stream), 10 of them hidden, and a synthetic history reader
+that hands every player 500 points and 10 sessions (so the figures are the web layer's cost, not a
+store's). Two measurements per request kind:
+
+* **handler**: ``WebApp.handle`` called in-process (routing, parameters, the read, JSON or HTML,
+  the ETag): what one request holds the event loop for. Reference: ``QueryHandler.handle_line``
+  (the NDJSON query op) for ``get`` and ``top`` on the same engine.
+* **e2e**: a real server (``start_web``) and the real query server (``serve_query``) on one
+  uvloop loop in a thread; one blocking keep-alive client sends the requests one after another
+  over loopback: latency as the client sees it (client overhead included, on the same 2 cores).
+
+No ingest runs meanwhile (issue 16's 50k events/s soak is not in this bench yet). Everything is
+bounded: a fixed number of requests, socket timeouts. stdout: a Markdown table; ``--json`` adds
+one line of JSON with every figure, the commit and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import numpy as np
+import uvloop
+
+from arenad.core.engine import Engine
+from arenad.core.params import ADRParams
+from arenad.daemon.config import QuerySettings
+from arenad.daemon.query import QueryHandler, close_servers, serve_query
+from arenad.scopes import ScopeSet
+from arenad.web.api import WebApp
+from arenad.web.config import WebSettings
+from arenad.web.pages import player_url
+from arenad.web.port import HistoryPoint, Session, WebPorts
+from arenad.web.request import Request
+from arenad.web.server import start_web
+from bench.core import machine, warm_up
+from bench.stream import StreamConfig, generate
+
+TIMEOUT = 30.0
+
+
+class SyntheticHistory:
+    """The same 500 points (one an hour up to the ladder's clock) and 10 sessions for anyone,
+    made once: the figures are the web layer's cost, not a store's."""
+
+    def __init__(self, now: float) -> None:
+        rng = random.Random(1)
+        r = 1000.0
+        self._points = []
+        for k in range(500):
+            r += rng.gauss(0, 5)
+            self._points.append(HistoryPoint(now - (500 - k) * 3600.0, r, r - 60.0, "3M"))
+        self._t = [p.t for p in self._points]
+        self._sessions = [
+            Session("eu-1", now - k * 7200.0 - 1800.0, now - k * 7200.0, 20, 15, 4.5, 1000.0)
+            for k in range(10)
+        ]
+
+    def points(self, scope: str, player: str, since: float, until: float) -> Sequence[HistoryPoint]:
+        return self._points[bisect_left(self._t, since) : bisect_left(self._t, until)]
+
+    def sessions(self, scope: str, player: str, limit: int) -> Sequence[Session]:
+        return self._sessions[:limit]
+
+
+class FewHidden:
+    def __init__(self, names: Collection[str]) -> None:
+        self.names = frozenset(names)
+
+    def is_hidden(self, scope: str, player: str) -> bool:
+        return player in self.names
+
+    def hidden(self, scope: str) -> Collection[str]:
+        return self.names
+
+
+def build(players: int, events: int) -> tuple[ScopeSet, list[str]]:
+    work = generate(StreamConfig(players=players, events=events))
+    sset = ScopeSet(ADRParams())
+    eng: Engine = sset.global_engine
+    warm_up(eng, work)
+    for a, v, t in work.events:
+        eng.feed(a, v, t)
+    return sset, work.names
+
+
+def pct(samples: list[float]) -> dict[str, float]:
+    a = np.asarray(samples) * 1e6
+    return {
+        "n": len(samples),
+        "p50_us": round(float(np.percentile(a, 50)), 1),
+        "p99_us": round(float(np.percentile(a, 99)), 1),
+        "max_us": round(float(a.max()), 1),
+    }
+
+
+def kinds(names: list[str], rng: random.Random) -> dict[str, Callable[[], str]]:
+    def pick() -> str:
+        return names[rng.randrange(len(names))]
+
+    def seg(n: str) -> str:
+        return player_url(n).removeprefix("/players/")
+
+    return {
+        "api player": lambda: f"/api/v1/players/{seg(pick())}",
+        "api players (256 ids)": lambda: "/api/v1/players?ids=" + ",".join(seg(pick()) for _ in range(256)),
+        "api leaderboard (100)": lambda: f"/api/v1/leaderboard?limit=100&offset={rng.randrange(len(names))}",
+        "api leaderboard (500, top)": lambda: "/api/v1/leaderboard?limit=500",
+        "api history (500 points)": lambda: f"/api/v1/players/{seg(pick())}/history",
+        "api balance (12 players)": lambda: "/api/v1/balance?players=" + ",".join(pick() for _ in range(12)),
+        "api balance (64 players, 4 teams)": lambda: (
+            "/api/v1/balance?teams=4&players=" + ",".join(pick() for _ in range(64))
+        ),
+        "api search": lambda: f"/api/v1/search?q={pick()[:3]}",
+        "page leaderboard (50)": lambda: f"/?page={1 + rng.randrange(len(names) // 50)}",
+        "page player (chart 500 points)": lambda: player_url(pick()),
+        "aiohttp floor (stylesheet)": lambda: "/static/web.css",
+    }
+
+
+def handler_times(app: WebApp, targets: Callable[[], str], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        target = targets()
+        path, _, query = target.partition("?")
+        req = Request("GET", path, query, {}, "bench")
+        t0 = time.perf_counter()
+        resp = app.handle(req, t0)
+        out.append(time.perf_counter() - t0)
+        assert resp.status == 200, (target, resp.status, resp.body[:200])
+    return out
+
+
+def query_times(handler: QueryHandler, lines: Callable[[], bytes], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        line = lines()
+        t0 = time.perf_counter()
+        reply = handler.handle_line(line)
+        out.append(time.perf_counter() - t0)
+        assert reply.startswith(b'{"ok":true'), reply[:200]
+    return out
+
+
+class Loop:
+    def __init__(self) -> None:
+        self.loop = uvloop.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(TIMEOUT)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(TIMEOUT)
+
+
+def e2e_http(address: str, targets: Callable[[], str], n: int) -> list[float]:
+    host, _, port = address.rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
+    out = []
+    try:
+        for _ in range(n):
+            target = targets()
+            t0 = time.perf_counter()
+            conn.request("GET", target)
+            r = conn.getresponse()
+            r.read()
+            out.append(time.perf_counter() - t0)
+            assert r.status == 200, (target, r.status)
+    finally:
+        conn.close()
+    return out
+
+
+def e2e_query(port: int, lines: Callable[[], bytes], n: int) -> list[float]:
+    s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    f = s.makefile("rb")
+    out = []
+    try:
+        for _ in range(n):
+            line = lines()
+            t0 = time.perf_counter()
+            s.sendall(line + b"\n")
+            reply = f.readline()
+            out.append(time.perf_counter() - t0)
+            assert reply.startswith(b'{"ok":true'), reply[:200]
+    finally:
+        f.close()
+        s.close()
+    return out
+
+
+def run(players: int, events: int, n: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    sset, names = build(players, events)
+    built = time.perf_counter() - t0
+    rng = random.Random(1)
+    hidden = FewHidden([names[k * (players // 10)] for k in range(10)])
+    clock = sset.global_engine.clock
+    ports = WebPorts(
+        scopes=lambda: sset,
+        status=lambda: {"events_per_second": 0.0},
+        history=SyntheticHistory(clock),
+        hidden=hidden,
+    )
+    settings = WebSettings(listen="127.0.0.1:0", rate_limit=0.0)
+    app = WebApp(ports, settings)
+    t1 = time.perf_counter()
+    while not app.reader.warm(50_000):
+        pass
+    indexed = time.perf_counter() - t1
+    visible = [nm for nm in names if nm not in hidden.names]
+    qh = QueryHandler(lambda: sset, QuerySettings(rate_limit=0.0))
+    qlines: dict[str, Callable[[], bytes]] = {
+        "query get (reference)": lambda: json.dumps({"op": "get", "player": rng.choice(names)}).encode(),
+        "query top 100 (reference)": lambda: json.dumps(
+            {"op": "top", "n": 100, "offset": rng.randrange(players)}
+        ).encode(),
+    }
+    rows: dict[str, dict[str, Any]] = {}
+    for label, targets in kinds(visible, rng).items():
+        rows[label] = {"handler": pct(handler_times(app, targets, n))}
+    for label, lines in qlines.items():
+        rows[label] = {"handler": pct(query_times(qh, lines, n))}
+    loop = Loop()
+    try:
+        handle = loop.call(start_web(settings, ports))
+        assert handle.address is not None
+        qservers = loop.call(serve_query(qh, QuerySettings(listen="127.0.0.1:0", rate_limit=0.0)))
+        qport = qservers[0].sockets[0].getsockname()[1]
+        for label, targets in kinds(visible, rng).items():
+            rows[label]["e2e"] = pct(e2e_http(handle.address, targets, n))
+        for label, lines in qlines.items():
+            rows[label]["e2e"] = pct(e2e_query(qport, lines, n))
+        loop.call(close_servers(qservers))
+        loop.call(handle.close())
+    finally:
+        loop.stop()
+    return {"players": players, "build_s": round(built, 1), "name_index_s": round(indexed, 2), "rows": rows}
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--players", default="100000,1000000", help="comma-separated populations")
+    ap.add_argument("--events", type=int, default=50_000, help="main-stream kills after the warm-up")
+    ap.add_argument("--requests", type=int, default=2000, help="requests per kind and measurement")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 5,000 players, 100 requests")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    pops = [5000] if args.quick else [int(p) for p in args.players.split(",")]
+    n = 100 if args.quick else args.requests
+    events = 5000 if args.quick else args.events
+    results = [run(p, events, n) for p in pops]
+    info: dict[str, Any] = {
+        "commit": commit(),
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "results": results,
+    }
+    out = sys.stdout
+    out.write(
+        f"bench.web at {info['commit']} on {info['machine']['cpu']} ({info['machine']['cores']} cores)\n\n"
+    )
+    for res in results:
+        out.write(
+            f"P = {res['players']:,} (built in {res['build_s']} s; name index {res['name_index_s']} s)\n\n"
+            "| request | handler p50 µs | handler p99 µs | handler max µs | e2e p50 µs | e2e p99 µs |\n"
+            "|---|---:|---:|---:|---:|---:|\n"
+        )
+        for label, row in res["rows"].items():
+            h, e = row["handler"], row["e2e"]
+            cells = [h["p50_us"], h["p99_us"], h["max_us"], e["p50_us"], e["p99_us"]]
+            out.write(f"| {label} | " + " | ".join(str(c) for c in cells) + " |\n")
+        out.write("\n")
+    if args.json:
+        out.write(json.dumps(info) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
