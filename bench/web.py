@@ -14,7 +14,8 @@ store's). Two measurements per request kind:
   uvloop loop in a thread; one blocking keep-alive client sends the requests one after another
   over loopback: latency as the client sees it (client overhead included, on the same 2 cores).
 
-No ingest runs meanwhile (issue 16's 50k events/s soak is not in this bench yet). Everything is
+No ingest runs meanwhile (issue 16's 50k events/s soak is not in this bench yet). The collector
+thresholds are the daemon's (``gc.set_threshold(50_000, 20, 100)``, as ``run_daemon`` sets). Everything is
 bounded: a fixed number of requests, socket timeouts. stdout: a Markdown table; ``--json`` adds
 one line of JSON with every figure, the commit and the machine.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import http.client
 import json
 import random
@@ -36,6 +38,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
+import structlog
 import uvloop
 
 from arenad.core.engine import Engine
@@ -257,6 +260,28 @@ def run(players: int, events: int, n: int) -> dict[str, Any]:
     return {"players": players, "build_s": round(built, 1), "name_index_s": round(indexed, 2), "rows": rows}
 
 
+def serve(address: str, players: int, seconds: float) -> int:
+    """A simulated ladder of ``players`` with synthetic history, served until ``seconds`` pass."""
+    sset, _ = build(players, 20_000)
+    ports = WebPorts(
+        scopes=lambda: sset,
+        status=lambda: {"feeds": {"demo": {"state": "simulated", "last_event_age": 0.0}}},
+        history=SyntheticHistory(sset.global_engine.clock),
+    )
+
+    async def run_for() -> None:
+        handle = await start_web(WebSettings(listen=address), ports)
+        sys.stdout.write(f"serving http://{handle.address}/ for {seconds:.0f} s\n")
+        sys.stdout.flush()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await handle.close()
+
+    uvloop.run(run_for())
+    return 0
+
+
 def commit() -> str:
     try:
         return subprocess.run(
@@ -273,7 +298,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=2000, help="requests per kind and measurement")
     ap.add_argument("--quick", action="store_true", help="smoke run: 5,000 players, 100 requests")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--serve", metavar="ADDR", help="instead: serve a simulated ladder on ADDR (see the pages by hand)"
+    )
+    ap.add_argument("--seconds", type=float, default=600.0, help="with --serve: stop after this long")
     args = ap.parse_args(argv)
+    # As the daemon runs (arenad.daemon.service.run_daemon): with a million players' names alive,
+    # default collection thresholds walk them all every few thousand allocations.
+    gc.set_threshold(50_000, 20, 100)
+    # Log lines (web_listening, query_listening) to stderr: stdout is the table.
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    if args.serve:
+        return serve(args.serve, int(args.players.split(",")[0]), args.seconds)
     pops = [5000] if args.quick else [int(p) for p in args.players.split(",")]
     n = 100 if args.quick else args.requests
     events = 5000 if args.quick else args.events

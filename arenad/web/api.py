@@ -126,21 +126,32 @@ class WebApp:
         self._openapi = resources.files("arenad.web").joinpath("openapi.json").read_bytes()
         self._origins = frozenset(settings.cors_origins)
         self.pages = Pages(self.reader, settings, self.status)
+        self._api_simple: dict[str, Handler] = {
+            "leaderboard": self._api_leaderboard,
+            "players": self._api_batch,
+            "tiers": self._api_tiers,
+            "predict": self._api_predict,
+            "balance": self._api_balance,
+            "search": self._api_search,
+            "status": self._api_status,
+            "openapi.json": self._api_openapi,
+        }
 
     # -- the entry point -------------------------------------------------------------------
     def handle(self, req: Request, now: float) -> Response:
         api = req.path.startswith("/api/")
         route = "other"
         try:
-            route, handler, segments = self._route(req.path)
-            if req.method == "OPTIONS":
-                return self._options(req, route, api)
-            if req.method not in ("GET", "HEAD"):
-                raise ApiError(405, f"method {req.method} is not allowed: this API is read-only")
+            # Every request costs a token, a bad one too: a flood of 404s is throttled alike.
             if self.settings.rate_limit > 0:
                 wait = self.buckets.take(req.client, now)
                 if wait > 0:
                     raise ApiError(429, "rate limited", retry_after=max(1, math.ceil(wait)))
+            route, handler, segments = self._route(req.path)
+            if req.method == "OPTIONS":
+                return self._options(req, route, api)
+            if req.method not in ("GET", "HEAD"):
+                raise ApiError(405, f"method {show(req.method)} is not allowed: this API is read-only")
             params = Params(req.query)
             status, body = handler(req, params, segments)
             return self._ok(req, route, api, status, body)
@@ -174,19 +185,6 @@ class WebApp:
         route, handler = self.pages.route(raw)
         parts = [decode(p, "path", plus=False) for p in raw]
         return route, handler, parts
-
-    @property
-    def _api_simple(self) -> dict[str, Handler]:
-        return {
-            "leaderboard": self._api_leaderboard,
-            "players": self._api_batch,
-            "tiers": self._api_tiers,
-            "predict": self._api_predict,
-            "balance": self._api_balance,
-            "search": self._api_search,
-            "status": self._api_status,
-            "openapi.json": self._api_openapi,
-        }
 
     # -- API handlers ----------------------------------------------------------------------
     def _scope(self, params: Params) -> Any:
@@ -283,13 +281,16 @@ class WebApp:
         return Response(status, headers, b"" if req.method == "HEAD" else data, route)
 
     def _error(self, req: Request, route: str, api: bool, e: ApiError) -> Response:
+        message = e.message
+        if e.parameter is not None and e.parameter not in message:
+            message = f"parameter {e.parameter!r}: {message}"
         if api:
-            body: dict[str, Any] = {"error": e.message, "status": e.status}
+            body: dict[str, Any] = {"error": message, "status": e.status}
             if e.parameter is not None:
                 body["parameter"] = e.parameter
             data, ctype = encode_json(body), JSON_TYPE
         else:
-            data, ctype = self.pages.error(e).encode("utf-8"), HTML_TYPE
+            data, ctype = self.pages.error(e.status, message).encode("utf-8"), HTML_TYPE
         headers = self._headers(req, api, ctype)
         headers["Cache-Control"] = "no-store"
         if e.retry_after:

@@ -98,10 +98,8 @@ class Pages:
     def render(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)
 
-    def error(self, e: ApiError) -> str:
-        return self.render(
-            "error.html", title=f"{e.status}", status=e.status, message=e.message, scope="global"
-        )
+    def error(self, status: int, message: str) -> str:
+        return self.render("error.html", title=f"{status}", status=status, message=message, scope="global")
 
     # -- pages -----------------------------------------------------------------------------
     def _scopes(self, current: str) -> list[str]:

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from arenad.web.balance import (
     EXHAUSTIVE_LIMIT,
+    EXHAUSTIVE_LIMIT_TWO,
     MAX_PLAYERS,
+    _exhaustive_general,
     balance,
     exhaustive,
     greedy,
@@ -65,11 +67,22 @@ class TestExhaustive:
         assert split_count(6, 2) == 10
         assert split_count(6, 3) == 15
         assert split_count(5, 2) == 10  # sizes 3 and 2 are not interchangeable
-        assert split_count(14, 2) == 1716 <= EXHAUSTIVE_LIMIT < split_count(15, 2)
+        assert split_count(16, 2) == 6435 <= EXHAUSTIVE_LIMIT_TWO < split_count(17, 2)
+        assert split_count(9, 3) <= EXHAUSTIVE_LIMIT < split_count(10, 3)
 
     def test_small_requests_use_it(self) -> None:
         assert balance([1.0, 2.0, 3.0, 4.0], 2).method == "exhaustive"
-        assert balance([float(i) for i in range(16)], 2).method == "heuristic"
+        assert balance([float(i) for i in range(16)], 2).method == "exhaustive"
+        assert balance([float(i) for i in range(17)], 2).method == "heuristic"
+        assert balance([float(i) for i in range(10)], 3).method == "heuristic"
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(RATING, min_size=2, max_size=9))
+    def test_two_team_fast_path_equals_the_recursion(self, ratings: list[float]) -> None:
+        fast = exhaustive(ratings, 2)
+        slow = _exhaustive_general(ratings, 2)
+        check_partition(fast, len(ratings), 2)
+        assert spread_of(ratings, fast) == pytest.approx(spread_of(ratings, slow), abs=1e-9)
 
 
 class TestHeuristic:
