@@ -370,13 +370,18 @@ class Reader:
         return index
 
     def warm(self, budget: int = INDEX_STEP) -> bool:
-        """Advance the global name index by a step; True when it is complete (the server calls
-        this between requests so the first search does not wait)."""
+        """Advance one incomplete name index by a step, the global one first, then those searches
+        asked for; True when every index is complete (the server calls this between requests so
+        a search need not wait)."""
         eng = self._scopes().global_engine
         index = self._indexes.get("global")
         if index is None or index.engine is not eng:
             index = self._indexes["global"] = NameIndex(eng)
-        return index.step(budget)
+        for candidate in (index, *self._indexes.values()):
+            if not candidate.complete:
+                candidate.step(budget)
+                return False
+        return True
 
 
 def check_name(name: str, parameter: str) -> None:

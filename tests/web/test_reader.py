@@ -174,3 +174,20 @@ class TestSearch:
         pub = Public.of("global", eng, MemoryHidden({"a"}))
         assert pub.total == 1
         assert pub.rank(eng.ids["b"]) == 1
+
+
+class TestWarm:
+    """The background steps complete every index a search asked for, not only the global one."""
+
+    def test_scope_index_completes(self, fresh: World) -> None:
+        r = reader(fresh)
+        pub = r.public("server:eu-1")
+        try:
+            r.search(pub, "p", 5)
+        except ApiError as e:  # still building: 503 with Retry-After
+            assert e.status == 503 and e.retry_after == 1
+        steps = 0
+        while not r.warm(7):
+            steps += 1
+            assert steps < 10_000
+        assert r.search(pub, "p", 5)["players"]
