@@ -28,7 +28,7 @@ from arenad.scopes import ScopeConfig, ScopeSet
 from arenad.simulate import Population, event_stream
 from arenad.web.config import WebSettings
 from arenad.web.port import HistoryPoint, Session, WebPorts
-from arenad.web.server import WebHandle, start_web
+from arenad.web.server import Observe, WebHandle, start_web
 
 SPEC_PATH = Path(__file__).parents[1] / "arenad" / "web" / "openapi.json"
 TIMEOUT = 20.0  # seconds any one step of a fixture or a request may take
@@ -215,11 +215,11 @@ class Client:
 class ServerThread:
     """``start_web`` on a uvloop event loop in a thread of its own, like the daemon's loop."""
 
-    def __init__(self, ports: WebPorts, settings: WebSettings) -> None:
+    def __init__(self, ports: WebPorts, settings: WebSettings, observe: Observe | None = None) -> None:
         self.loop = uvloop.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="web-test-loop", daemon=True)
         self.thread.start()
-        self.handle: WebHandle = self.call(start_web(settings, ports))
+        self.handle: WebHandle = self.call(start_web(settings, ports, observe=observe))
 
     def call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(TIMEOUT)

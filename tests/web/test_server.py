@@ -9,7 +9,7 @@ import socket
 
 import pytest
 import uvloop
-from web_harness import TIMEOUT, Client, World, start_server
+from web_harness import TIMEOUT, Client, ServerThread, World, start_server
 
 from arenad.web.config import WebSettings
 from arenad.web.port import WebPorts
@@ -97,3 +97,29 @@ class TestLifecycle:
             runner.run_until_complete(asyncio.wait_for(scenario(), TIMEOUT))
         finally:
             runner.close()
+
+
+class TestObserve:
+    """observe(route, status, seconds) is called once per answer with a bounded route label."""
+
+    def test_route_labels(self, world: World) -> None:
+        seen: list[tuple[str, int, float]] = []
+        ports = WebPorts(scopes=lambda: world.scopes, status=dict)
+        settings = WebSettings(listen="127.0.0.1:0", rate_limit=0.0)
+        srv = ServerThread(ports, settings, observe=lambda *a: seen.append(a))
+        try:
+            assert srv.handle.address is not None
+            c = Client(srv.handle.address)
+            c.get("/api/v1/players/" + world.players[0])
+            c.get("/api/v1/players/someone-else")
+            c.get("/api/v1/leaderboard?limit=1")
+            c.get("/no/such/page")
+        finally:
+            srv.stop()
+        assert [(route, status) for route, status, _ in seen] == [
+            ("/api/v1/players/{player}", 200),
+            ("/api/v1/players/{player}", 404),
+            ("/api/v1/leaderboard", 200),
+            ("other", 404),
+        ]
+        assert all(seconds >= 0 for _, _, seconds in seen)
