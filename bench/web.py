@@ -1,6 +1,7 @@
 """Web layer latency at 100k–1M players, beside the NDJSON query op on the same ladder in the same run.
 
-Run:  .venv/bin/python -m bench.web [--players 100000,1000000] [--requests 2000] [--quick] [--json]
+Run:  .venv/bin/python -m bench.web [--players 100000,1000000] [--requests 2000] [--ingest 50000]
+                                    [--quick] [--json] | --serve ADDR
 
 For each population P: a global ladder of P players (bench/stream.py's server network,
 ``bench.core.warm_up``, then its main stream), 10 of them hidden, and a synthetic history reader
@@ -14,9 +15,11 @@ store's). Two measurements per request kind:
   uvloop loop in a thread; one blocking keep-alive client sends the requests one after another
   over loopback: latency as the client sees it (client overhead included, on the same 2 cores).
 
-No ingest runs meanwhile (issue 16's 50k events/s soak is not in this bench yet). The collector
-thresholds are the daemon's (``gc.set_threshold(50_000, 20, 100)``, as ``run_daemon`` sets). Everything is
-bounded: a fixed number of requests, socket timeouts. stdout: a Markdown table; ``--json`` adds
+With ``--ingest R`` the e2e requests run once more while kills go into the engine on the same
+loop at R events/s (``Ingest``: slices every 5 ms as the engine task's; no journal, no UDP, no
+recalibration), so the web answers wait behind engine slices as they would in the daemon. The
+collector thresholds are the daemon's (``gc.set_threshold(50_000, 20, 100)``, as ``run_daemon``).
+Everything is bounded: a fixed number of requests, socket timeouts. stdout: a Markdown table; ``--json`` adds
 one line of JSON with every figure, the commit and the machine.
 """
 
@@ -93,14 +96,52 @@ class FewHidden:
         return self.names
 
 
-def build(players: int, events: int) -> tuple[ScopeSet, list[str]]:
+def build(players: int, events: int) -> tuple[ScopeSet, list[str], list[tuple[str, str, float]]]:
     work = generate(StreamConfig(players=players, events=events))
     sset = ScopeSet(ADRParams())
     eng: Engine = sset.global_engine
     warm_up(eng, work)
     for a, v, t in work.events:
         eng.feed(a, v, t)
-    return sset, work.names
+    return sset, work.names, work.events
+
+
+class Ingest:
+    """Kills into the engine on the server's loop, in slices every 5 ms as the engine task does
+    (``[daemon] commit_interval``): ``rate`` events/s, the stream replayed with later times when
+    it runs out. ``Engine.apply`` (no recalibration: the daemon plans those in a worker thread)."""
+
+    SLICE = 0.005
+
+    def __init__(self, eng: Engine, events: list[tuple[str, str, float]], rate: float) -> None:
+        self.eng = eng
+        self.events = events
+        self.rate = rate
+        self.stop = False
+        self.applied = 0
+        self.seconds = 0.0
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        per_slice = max(1, round(self.rate * self.SLICE))
+        apply = self.eng.apply
+        events = self.events
+        span = events[-1][2] - events[0][2] + 1.0
+        shift = span
+        k = 0
+        start = due = loop.time()
+        while not self.stop:
+            for _ in range(per_slice):
+                a, v, t = events[k]
+                apply(a, v, t + shift)
+                k += 1
+                if k == len(events):
+                    k = 0
+                    shift += span
+            self.applied += per_slice
+            due += self.SLICE
+            await asyncio.sleep(max(0.0, due - loop.time()))  # behind schedule: only yield
+        self.seconds = loop.time() - start
 
 
 def pct(samples: list[float]) -> dict[str, float]:
@@ -211,9 +252,9 @@ def e2e_query(port: int, lines: Callable[[], bytes], n: int) -> list[float]:
     return out
 
 
-def run(players: int, events: int, n: int) -> dict[str, Any]:
+def run(players: int, events: int, n: int, ingest: float) -> dict[str, Any]:
     t0 = time.perf_counter()
-    sset, names = build(players, events)
+    sset, names, stream = build(players, events)
     built = time.perf_counter() - t0
     rng = random.Random(1)
     hidden = FewHidden([names[k * (players // 10)] for k in range(10)])
@@ -253,16 +294,36 @@ def run(players: int, events: int, n: int) -> dict[str, Any]:
             rows[label]["e2e"] = pct(e2e_http(handle.address, targets, n))
         for label, lines in qlines.items():
             rows[label]["e2e"] = pct(e2e_query(qport, lines, n))
+        achieved = None
+        if ingest > 0:
+            feeder = Ingest(sset.global_engine, stream, ingest)
+            task = asyncio.run_coroutine_threadsafe(feeder.run(), loop.loop)
+            try:
+                for label, targets in kinds(visible, rng).items():
+                    rows[label]["ingest"] = pct(e2e_http(handle.address, targets, n))
+                for label, lines in qlines.items():
+                    rows[label]["ingest"] = pct(e2e_query(qport, lines, n))
+            finally:
+                feeder.stop = True
+                task.result(TIMEOUT)
+            achieved = round(feeder.applied / feeder.seconds) if feeder.seconds else None
         loop.call(close_servers(qservers))
         loop.call(handle.close())
     finally:
         loop.stop()
-    return {"players": players, "build_s": round(built, 1), "name_index_s": round(indexed, 2), "rows": rows}
+    return {
+        "players": players,
+        "build_s": round(built, 1),
+        "name_index_s": round(indexed, 2),
+        "ingest_target": ingest,
+        "ingest_achieved": achieved,
+        "rows": rows,
+    }
 
 
 def serve(address: str, players: int, seconds: float) -> int:
     """A simulated ladder of ``players`` with synthetic history, served until ``seconds`` pass."""
-    sset, _ = build(players, 20_000)
+    sset, _, _ = build(players, 20_000)
     ports = WebPorts(
         scopes=lambda: sset,
         status=lambda: {"feeds": {"demo": {"state": "simulated", "last_event_age": 0.0}}},
@@ -297,6 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=50_000, help="main-stream kills after the warm-up")
     ap.add_argument("--requests", type=int, default=2000, help="requests per kind and measurement")
     ap.add_argument("--quick", action="store_true", help="smoke run: 5,000 players, 100 requests")
+    ap.add_argument(
+        "--ingest", type=float, default=0.0, metavar="EVENTS_PER_S", help="also measure e2e while ingesting"
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
         "--serve", metavar="ADDR", help="instead: serve a simulated ladder on ADDR (see the pages by hand)"
@@ -313,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pops = [5000] if args.quick else [int(p) for p in args.players.split(",")]
     n = 100 if args.quick else args.requests
     events = 5000 if args.quick else args.events
-    results = [run(p, events, n) for p in pops]
+    results = [run(p, events, n, args.ingest) for p in pops]
     info: dict[str, Any] = {
         "commit": commit(),
         "machine": machine(),
@@ -325,14 +389,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"bench.web at {info['commit']} on {info['machine']['cpu']} ({info['machine']['cores']} cores)\n\n"
     )
     for res in results:
-        out.write(
-            f"P = {res['players']:,} (built in {res['build_s']} s; name index {res['name_index_s']} s)\n\n"
-            "| request | handler p50 µs | handler p99 µs | handler max µs | e2e p50 µs | e2e p99 µs |\n"
-            "|---|---:|---:|---:|---:|---:|\n"
-        )
+        ingesting = res["ingest_achieved"] is not None
+        head = ["handler p50", "handler p99", "handler max", "e2e p50", "e2e p99"]
+        if ingesting:
+            head += ["e2e p50 ingesting", "e2e p99 ingesting"]
+        out.write(f"P = {res['players']:,} (built in {res['build_s']} s; name index {res['name_index_s']} s)")
+        if ingesting:
+            out.write(f"; ingest {res['ingest_target']:,.0f}/s asked, {res['ingest_achieved']:,}/s achieved")
+        out.write("\n\n| request (µs) | " + " | ".join(head) + " |\n|---|" + "---:|" * len(head) + "\n")
         for label, row in res["rows"].items():
             h, e = row["handler"], row["e2e"]
             cells = [h["p50_us"], h["p99_us"], h["max_us"], e["p50_us"], e["p99_us"]]
+            if ingesting:
+                cells += [row["ingest"]["p50_us"], row["ingest"]["p99_us"]]
             out.write(f"| {label} | " + " | ".join(str(c) for c in cells) + " |\n")
         out.write("\n")
     if args.json:
