@@ -19,8 +19,8 @@ With ``--ingest R`` the e2e requests run once more while kills go into the engin
 loop at R events/s (``Ingest``: slices every 5 ms as the engine task's; no journal, no UDP, no
 recalibration), so the web answers wait behind engine slices as they would in the daemon. The
 collector thresholds are the daemon's (``gc.set_threshold(50_000, 20, 100)``, as ``run_daemon``).
-Everything is bounded: a fixed number of requests, socket timeouts. stdout: a Markdown table; ``--json`` adds
-one line of JSON with every figure, the commit and the machine.
+Everything is bounded: a fixed number of requests, socket timeouts. stdout: a Markdown table;
+``--json`` adds one line of JSON with every figure, the commit and the machine.
 """
 
 from __future__ import annotations
