@@ -11,7 +11,8 @@ store's). Two measurements per request kind:
 * **handler**: ``WebApp.handle`` called in-process (routing, parameters, the read, JSON or HTML,
   the ETag): what one request holds the event loop for. Reference: ``QueryHandler.handle_line``
   (the NDJSON query op) for ``get`` and ``top`` on the same engine.
-* **e2e**: a real server (``start_web``) and the real query server (``serve_query``) on one
+* **e2e**: a real server — arenad's (``start_web``, h11 on a protocol) and, for the choice,
+  the same app on aiohttp (bench/web_aiohttp.py) — and the real query server (``serve_query``) on one
   uvloop loop in a thread; one blocking keep-alive client in a forked process (not sharing the
   server's GIL) sends the requests one after another over loopback: latency as the client sees
   it (client overhead included, on the same 2 cores).
@@ -59,6 +60,7 @@ from arenad.web.request import Request
 from arenad.web.server import start_web
 from bench.core import machine, warm_up
 from bench.stream import StreamConfig, generate
+from bench.web_aiohttp import start_web_aiohttp
 
 TIMEOUT = 30.0
 
@@ -312,34 +314,23 @@ def run(players: int, events: int, n: int, ingest: float) -> dict[str, Any]:
         rows[label] = {"handler": pct(handler_times(app, targets, n))}
     for label, lines in qlines.items():
         rows[label] = {"handler": pct(query_times(qh, lines, n))}
-    loop = Loop()
-    try:
-        handle = loop.call(start_web(settings, ports))
-        assert handle.address is not None
-        qservers = loop.call(serve_query(qh, QuerySettings(listen="127.0.0.1:0", rate_limit=0.0)))
-        qport = qservers[0].sockets[0].getsockname()[1]
-        for label, targets in kinds(visible, rng).items():
-            rows[label]["e2e"] = pct(in_child(e2e_http, handle.address, [targets() for _ in range(n)]))
-        for label, lines in qlines.items():
-            rows[label]["e2e"] = pct(in_child(e2e_query, qport, [lines() for _ in range(n)]))
-        achieved = None
-        if ingest > 0:
-            feeder = Ingest(sset.global_engine, stream, ingest)
-            task = asyncio.run_coroutine_threadsafe(feeder.run(), loop.loop)
-            try:
-                for label, targets in kinds(visible, rng).items():
-                    batch = [targets() for _ in range(n)]
-                    rows[label]["ingest"] = pct(in_child(e2e_http, handle.address, batch))
-                for label, lines in qlines.items():
-                    rows[label]["ingest"] = pct(in_child(e2e_query, qport, [lines() for _ in range(n)]))
-            finally:
-                feeder.stop = True
-                task.result(TIMEOUT)
-            achieved = round(feeder.applied / feeder.seconds) if feeder.seconds else None
-        loop.call(close_servers(qservers))
-        loop.call(handle.close())
-    finally:
-        loop.stop()
+    achieved: dict[str, int | None] = {}
+    for adapter, start in ADAPTERS.items():
+        achieved[adapter] = e2e(
+            adapter,
+            start,
+            settings=settings,
+            ports=ports,
+            sset=sset,
+            stream=stream,
+            visible=visible,
+            qh=qh,
+            qlines=qlines,
+            rows=rows,
+            n=n,
+            ingest=ingest,
+            rng=rng,
+        )
     return {
         "players": players,
         "build_s": round(built, 1),
@@ -370,6 +361,57 @@ def serve(address: str, players: int, seconds: float) -> int:
 
     uvloop.run(run_for())
     return 0
+
+
+ADAPTERS: dict[str, Callable[..., Any]] = {"h11": start_web, "aiohttp": start_web_aiohttp}
+
+
+def e2e(
+    adapter: str,
+    start: Callable[..., Any],
+    *,
+    settings: WebSettings,
+    ports: WebPorts,
+    sset: ScopeSet,
+    stream: list[tuple[str, str, float]],
+    visible: list[str],
+    qh: QueryHandler,
+    qlines: dict[str, Callable[[], bytes]],
+    rows: dict[str, dict[str, Any]],
+    n: int,
+    ingest: float,
+    rng: random.Random,
+) -> int | None:
+    """The end-to-end rows of one adapter (idle, then while ingesting); the ingest rate achieved."""
+    loop = Loop()
+    achieved = None
+    try:
+        handle = loop.call(start(settings, ports))
+        assert handle.address is not None
+        qservers = loop.call(serve_query(qh, QuerySettings(listen="127.0.0.1:0", rate_limit=0.0)))
+        qport = qservers[0].sockets[0].getsockname()[1]
+
+        def measure(column: str) -> None:
+            for label, targets in kinds(visible, rng).items():
+                rows[label][column] = pct(in_child(e2e_http, handle.address, [targets() for _ in range(n)]))
+            for label, lines in qlines.items():
+                rows[label][column] = pct(in_child(e2e_query, qport, [lines() for _ in range(n)]))
+
+        measure(f"e2e {adapter}")
+        if ingest > 0:
+            feeder = Ingest(sset.global_engine, stream, ingest)
+            task = asyncio.run_coroutine_threadsafe(feeder.run(), loop.loop)
+            try:
+                measure(f"ingesting {adapter}")
+            finally:
+                feeder.stop = True
+                task.result(TIMEOUT)
+            achieved = round(feeder.applied / feeder.seconds) if feeder.seconds else None
+        loop.call(close_servers(qservers))
+        loop.call(handle.close())
+    finally:
+        loop.stop()
+    return achieved
 
 
 def commit() -> str:
@@ -418,20 +460,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"bench.web at {info['commit']} on {info['machine']['cpu']} ({info['machine']['cores']} cores)\n\n"
     )
     for res in results:
-        ingesting = res["ingest_achieved"] is not None
-        head = ["handler p50", "handler p99", "handler max", "e2e p50", "e2e p99"]
-        if ingesting:
-            head += ["e2e p50 ingesting", "e2e p99 ingesting"]
+        columns = [c for c in next(iter(res["rows"].values())) if c != "handler"]
+        head = ["handler p50", "handler p99", "handler max"]
+        for c in columns:
+            head += [f"{c} p50", f"{c} p99"]
         out.write(f"P = {res['players']:,} (built in {res['build_s']} s; name index {res['name_index_s']} s)")
-        if ingesting:
-            out.write(f"; ingest {res['ingest_target']:,.0f}/s asked, {res['ingest_achieved']:,}/s achieved")
+        if res["ingest_target"]:
+            rates = ", ".join(f"{a} {r:,}/s" for a, r in res["ingest_achieved"].items() if r is not None)
+            out.write(f"; ingest {res['ingest_target']:,.0f}/s asked, achieved: {rates}")
         out.write("\n\n| request (µs) | " + " | ".join(head) + " |\n|---|" + "---:|" * len(head) + "\n")
         for label, row in res["rows"].items():
-            h, e = row["handler"], row["e2e"]
-            cells = [h["p50_us"], h["p99_us"], h["max_us"], e["p50_us"], e["p99_us"]]
-            if ingesting:
-                cells += [row["ingest"]["p50_us"], row["ingest"]["p99_us"]]
-            out.write(f"| {label} | " + " | ".join(str(c) for c in cells) + " |\n")
+            h = row["handler"]
+            cells = [h["p50_us"], h["p99_us"], h["max_us"]]
+            for c in columns:
+                cells += [row[c]["p50_us"], row[c]["p99_us"]]
+            out.write(f"| {label} | " + " | ".join(f"{c:,.0f}" for c in cells) + " |\n")
         out.write("\n")
     if args.json:
         out.write(json.dumps(info) + "\n")
