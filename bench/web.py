@@ -178,7 +178,7 @@ def kinds(names: list[str], rng: random.Random) -> dict[str, Callable[[], str]]:
         "api search": lambda: f"/api/v1/search?q={pick()[:3]}",
         "page leaderboard (50)": lambda: f"/?page={1 + rng.randrange(len(names) // 50)}",
         "page player (chart 500 points)": lambda: player_url(pick()),
-        "aiohttp floor (stylesheet)": lambda: "/static/web.css",
+        "HTTP floor (stylesheet)": lambda: "/static/web.css",
     }
 
 

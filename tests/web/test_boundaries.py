@@ -48,6 +48,11 @@ class TestBoundaries:
             bad = {m for m in mods if m.split(".")[0] in IMPURE or m in IMPURE}
             assert bad == set(), f"{name} imports {bad}"
 
+    def test_no_aiohttp_in_the_package(self) -> None:
+        # aiohttp is a dev dependency (bench/web_aiohttp.py, the comparison); arenad serves with h11.
+        for path in sorted(WEB.rglob("*.py")):
+            assert not {m for m in imports(path) if m.startswith("aiohttp")}, path.name
+
     def test_settings_do_not_load_the_server(self) -> None:
         mods = imports(WEB / "config.py") | imports(WEB / "__init__.py")
         assert not {m for m in mods if m.startswith(("aiohttp", "jinja2", "arenad.web."))}

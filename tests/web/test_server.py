@@ -123,3 +123,60 @@ class TestObserve:
             ("other", 404),
         ]
         assert all(seconds >= 0 for _, _, seconds in seen)
+
+
+class TestHttp11:
+    """Keep-alive, pipelining, Connection: close and HEAD over one raw socket."""
+
+    def _read_responses(self, s: socket.socket, count: int) -> list[bytes]:
+        buf = b""
+        out: list[bytes] = []
+        while len(out) < count:
+            head_end = buf.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = buf[:head_end].decode("latin-1")
+                length = next(
+                    (
+                        int(line.split(":", 1)[1])
+                        for line in head.split("\r\n")
+                        if line.lower().startswith("content-length:")
+                    ),
+                    0,
+                )
+                end = head_end + 4 + (0 if head.startswith("HTTP/1.1 304") or "HEAD" in head else length)
+                if len(buf) >= end:
+                    out.append(buf[:end])
+                    buf = buf[end:]
+                    continue
+            chunk = s.recv(65536)
+            assert chunk, "the server closed early"
+            buf += chunk
+        return out
+
+    def test_pipelined_requests_answer_in_order(self, client: Client) -> None:
+        with socket.create_connection((client.host, client.port), timeout=TIMEOUT) as s:
+            s.sendall(
+                b"GET /api/v1/tiers HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET /api/v1/players/nobody HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            replies = self._read_responses(s, 3)
+        assert [r.split(b" ", 2)[1] for r in replies] == [b"200", b"404", b"200"]
+        assert b'"tiers"' in replies[0] and b'"version"' in replies[2]
+
+    def test_connection_close_is_honoured(self, client: Client) -> None:
+        with socket.create_connection((client.host, client.port), timeout=TIMEOUT) as s:
+            s.sendall(b"GET /api/v1/tiers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 200")
+        assert b'"tiers"' in data
+
+    def test_http_1_0(self, client: Client) -> None:
+        with socket.create_connection((client.host, client.port), timeout=TIMEOUT) as s:
+            s.sendall(b"GET /api/v1/tiers HTTP/1.0\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        assert data.split(b" ", 2)[1] == b"200"
