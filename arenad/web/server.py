@@ -114,7 +114,7 @@ class _HttpConnection(asyncio.Protocol):
         self._timer = self._loop.call_at(self._deadline, self._check_idle)
 
     def data_received(self, data: bytes) -> None:
-        if self._refusing:
+        if self._refusing or self._transport is None or self._transport.is_closing():
             return
         self._h11.receive_data(data)
         if not self._scheduled:
@@ -166,7 +166,9 @@ class _HttpConnection(asyncio.Protocol):
                     return
                 if self._loop.time() - start > _SLICE:
                     # Pipelined requests must not hold the loop (and so the engine task) for
-                    # longer than a slice: the rest waits for the next turn.
+                    # longer than a slice: the rest waits for the next turn, and nothing more is
+                    # read (h11 would buffer it) until they are answered.
+                    self._transport.pause_reading()
                     self._scheduled = True
                     self._loop.call_soon(self._work)
                     return
@@ -177,6 +179,8 @@ class _HttpConnection(asyncio.Protocol):
                     self.close()
                     return
                 if event is h11.NEED_DATA:
+                    if not self._transport.is_reading():
+                        self._transport.resume_reading()
                     return
                 if event is h11.PAUSED:
                     if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
