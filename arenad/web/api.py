@@ -290,7 +290,11 @@ class WebApp:
                 body["parameter"] = e.parameter
             data, ctype = encode_json(body), JSON_TYPE
         else:
-            data, ctype = self.pages.error(e.status, message).encode("utf-8"), HTML_TYPE
+            try:
+                data, ctype = self.pages.error(e.status, message).encode("utf-8"), HTML_TYPE
+            except Exception as failure:  # the error page itself failed: plain text, still no trace
+                self.internal_error("error-page", failure)
+                data, ctype = f"{e.status}\n".encode(), "text/plain; charset=utf-8"
         headers = self._headers(req, api, ctype)
         headers["Cache-Control"] = "no-store"
         if e.retry_after:
