@@ -111,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--query", metavar="ADDR", help='query TCP listen address, or "off"')
     run.add_argument("--query-unix", metavar="PATH", help="also serve queries on this Unix socket")
     run.add_argument("--metrics", metavar="ADDR", help='Prometheus listen address, or "off"')
+    run.add_argument("--web", metavar="ADDR", help='HTTP API and pages listen address, or "off"')
     run.add_argument("--source-udp", metavar="ADDR", help='Source-engine UDP log listen address, or "off"')
     run.add_argument(
         "--tail",
@@ -750,6 +751,7 @@ _RUN_FLAGS = (
     ("query", "query", "listen"),
     ("query_unix", "query", "unix"),
     ("metrics", "metrics", "listen"),
+    ("web", "web", "listen"),
     ("source_udp", "source_udp", "listen"),
     ("log_format", "log", "format"),
     ("log_level", "log", "level"),

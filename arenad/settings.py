@@ -4,8 +4,8 @@ Unknown sections and keys are errors. Every problem is reported at once as key, 
 (``arenad check-config FILE`` prints them); nothing starts with a half-valid configuration, and no
 invalid settings object ever exists. Sections: ``[adr]`` (the rating core, a standard-library
 dataclass parsed by ``ADRParams.from_mapping`` so the core keeps no dependencies), ``[models]``
-(the primary ADR variant and the shadow models), the daemon's (``arenad.daemon.config``) and the
-sources' (``arenad.daemon.config_sources``).
+(the primary ADR variant and the shadow models), the daemon's (``arenad.daemon.config``), the
+sources' (``arenad.daemon.config_sources``) and the web layer's ``[web]`` (``arenad.web.config``).
 
 ``[models] primary`` names an ADR variant; the parameters that variant sets are folded into
 ``Settings.adr``, so everything that rates with ``settings.adr`` (the daemon, ``arenad replay``)
@@ -45,6 +45,7 @@ from arenad.daemon.config_ingame import InGameSettings
 from arenad.daemon.config_sources import HlUdpSettings, MqttSettings, NotifySettings, TailSpec, UdpSettings
 from arenad.errors import ConfigError, ConfigProblem
 from arenad.scopes import ScopeConfig
+from arenad.web.config import WebSettings
 
 #: A check of a part of the document that a layer above the settings owns (a feed's options):
 #: it takes the parsed TOML document and returns its problems.
@@ -66,6 +67,7 @@ class Settings(Section):
     admin: AdminSettings = Field(default_factory=AdminSettings)
     history: HistorySettings = Field(default_factory=HistorySettings)
     gates: GatesSettings = Field(default_factory=GatesSettings)  # anti-boosting (issue 17)
+    web: WebSettings = Field(default_factory=WebSettings)  # HTTP API and pages (arenad.web)
     notify: NotifySettings = Field(default_factory=NotifySettings)  # rating changes to MQTT
     source_udp: HlUdpSettings = Field(default_factory=HlUdpSettings)  # Source-engine UDP logs
     tail: Array[TailSpec] = ()  # [[tail]]: game-server log files to follow

@@ -318,7 +318,7 @@ def each(test: Callable[[Any], str]) -> Callable[[Any, Any, Any], None]:
 
 def num(kind: type, **bounds: float) -> list[Callable[[Any, Any, Any], None]]:
     """instance_of plus attrs' ge / le validators."""
-    out = [av.instance_of((int, float) if kind is float else kind)]
+    out: list[Callable[[Any, Any, Any], None]] = [av.instance_of((int, float) if kind is float else kind)]
     out += [getattr(av, op)(bound) for op, bound in bounds.items()]
     return out
 

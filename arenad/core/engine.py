@@ -1660,8 +1660,24 @@ class Engine:
     def predict(self, i: int, j: int) -> float:
         """§3.1 P(i kills j) from stored ratings, the current D(t), the link and the online
         calibration multiplier (docs/adr.md)."""
+        return self.predict_gap(self._r[i] - self._r[j])
+
+    def predict_gap(self, gap: float) -> float:
+        """§3.1 P that a player rated ``gap`` above another kills them: ``predict`` for a rating
+        difference rather than two players (team balance compares team means this way)."""
         d = self.params.theta + self.params.lambda_ * self.mean_sigma
-        return link_p(self._cal * ((self._r[i] - self._r[j]) / d), self._kc["logistic"])
+        return link_p(self._cal * (gap / d), self._kc["logistic"])
+
+    def position(self, i: int) -> int:
+        """0-based place of player ``i`` in the ladder order (``ladder_ids``; ties in id order)."""
+        return self._ladder.index(-self._r[i], i)
+
+    def standing(self, i: int) -> tuple[int, int]:
+        """(players rated strictly above ``i``, players rated equal to ``i`` with ``i`` itself):
+        the counts ``rank`` and ``percentile`` are made of."""
+        key = -self._r[i]
+        above = self._ladder.count_below(key)
+        return above, self._ladder.count_at_most(key) - above
 
     @property
     def mean_sigma(self) -> float:

@@ -42,13 +42,21 @@ from typing import Any, cast
 import orjson
 import structlog
 
-from arenad.core.engine import DISPLAY_K, Engine
+from arenad.core.engine import Engine
 from arenad.core.events import MAX_NAME_BYTES
-from arenad.core.params import TIER_NAMES
 from arenad.daemon.config import QuerySettings, parse_hostport
 from arenad.daemon.types import QUERY_REJECT_REASONS
 from arenad.errors import ArenadError
 from arenad.scopes import ScopeSet
+from arenad.views import TokenBucket as TokenBucket  # noqa: PLC0414 - re-exported (mypy strict): its tests import it here
+from arenad.views import (
+    engine_stats,
+    ladder_rows,
+    player_body,
+    scopes_body,
+    tiers_body,
+    walk_ladder,
+)
 
 log = structlog.get_logger("arenad.query")
 
@@ -65,9 +73,6 @@ _FIELDS: dict[str, frozenset[str]] = {
     "stats": frozenset({"scope"}),
     "scopes": frozenset(),
 }
-#: Inactive players a ``top`` with ``active_only`` steps over at most before it answers with
-#: what it found (each skipped entry costs about a microsecond).
-_MAX_SKIP = 200_000
 _COMMON_FIELDS = frozenset({"op", "id"})
 _ENVELOPE = frozenset({"ok", "op", "id", "error"})  # response keys no operation body may set
 #: The ``observe`` label of a request whose op is unknown or unreadable: client-chosen strings
@@ -178,7 +183,7 @@ class QueryHandler:
     # -- operations ------------------------------------------------------------------------
     def _get(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
         i = _player(eng, req, "player")
-        return {"scope": req.get("scope", "global"), **player_answer(eng, i, self.settings.display_k)}
+        return player_body(eng, i, self.settings.display_k, req.get("scope", "global"))
 
     def _top(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
         n = _int(req, "n", 1, self.settings.max_top)
@@ -195,22 +200,7 @@ class QueryHandler:
             }
         # Inactive players (outside the §2.3 active set) are hidden: walk the ladder from the top,
         # skipping them; ranks stay the ladder's own.
-        ids: list[int] = []
-        skipped = 0
-        seen_active = 0
-        truncated = False
-        for i in eng.ladder_ids():
-            if not eng.is_active(i):
-                skipped += 1
-                if skipped > _MAX_SKIP:
-                    truncated = True
-                    break
-                continue
-            seen_active += 1
-            if seen_active > offset:
-                ids.append(i)
-                if len(ids) >= n:
-                    break
+        ids, truncated = walk_ladder(eng, eng.is_active, offset, n)
         out: dict[str, Any] = {"n": n, "offset": offset, "total": eng.active_count, "active_only": True}
         out["players"] = self._rows(eng, ids)
         if truncated:
@@ -231,7 +221,7 @@ class QueryHandler:
         }
 
     def _tiers(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
-        return tiers_answer(eng)
+        return tiers_body(eng)
 
     def _predict(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
         a = _player(eng, req, "a", say_field=True)
@@ -239,19 +229,7 @@ class QueryHandler:
         return {"a": eng.names[a], "b": eng.names[b], "p": eng.predict(a, b)}  # §3.1
 
     def _stats_op(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "players": len(eng),
-            "active": eng.active_count,
-            "active_mean": eng.active_mean(),
-            "mean_sigma": eng.mean_sigma,
-            "applied": eng.applied,
-            "filtered": eng.filtered,
-            "rejected": dict(eng.rejected),
-            "clock": eng.clock,  # -inf before the first event: encoded as null
-            "calibrations": eng.calibrations,
-            "tier_changes": eng.tier_changes,
-            "internal_errors": self.internal_errors,
-        }
+        out: dict[str, Any] = {**engine_stats(eng), "internal_errors": self.internal_errors}
         # Daemon figures (queue depth, uptime, ...) come last so the daemon can refine a figure
         # the engine alone cannot know (e.g. events rejected before they reached the engine);
         # only the envelope keys stay ours.
@@ -260,40 +238,10 @@ class QueryHandler:
 
     # -- helpers ---------------------------------------------------------------------------
     def _rows(self, eng: Engine, ids: Iterable[int]) -> list[dict[str, Any]]:
-        # The engine's accessors rather than a PlayerView per row: a top-100 is 100 rows.
-        k = self.settings.display_k
-        names = eng.names
-        rows = []
-        for i in ids:
-            mu = eng.mu(i)
-            sigma = eng.sigma(i)
-            tier = eng.tier_of(i)
-            rows.append(
-                {
-                    # Competition rank, as in "get": equal ratings share the better rank.
-                    "rank": eng.rank(i),
-                    "player": names[i],
-                    "mu": mu,
-                    "sigma": sigma,
-                    "display": _display(eng, i, k),
-                    "tier": tier,
-                    "provisional": tier is None,
-                    "active": eng.is_active(i),
-                }
-            )
-        return rows
+        return ladder_rows(eng, ids, self.settings.display_k)
 
     def _scopes_op(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
-        live = self._engine()
-        if isinstance(live, Engine):
-            return {"scopes": [{"scope": "global", "players": len(live), "closed": False}], "season": None}
-        return {
-            "scopes": [
-                {"scope": key, "players": len(e), "active": e.active_count, "closed": key in live.closed}
-                for key, e in live.engines.items()
-            ],
-            "season": live.season,
-        }
+        return scopes_body(self._engine())
 
     def internal_error(self, op: str, e: Exception) -> None:
         """Count a failure and log it the first time this kind is seen (``query_failed``)."""
@@ -509,94 +457,6 @@ class LineSplitter:
         rest = None if self._skipping or not self._buf.strip() else bytes(self._buf)
         self._buf.clear()
         return rest
-
-
-# ---------------------------------------------------------------------------- answers
-# The bodies of "get" and "tiers", shared with the in-game commands (arenad/ingame), so a
-# player's !rank in the game and a query client's "get" say the same thing.
-def player_answer(eng: Engine, i: int, display_k: float = DISPLAY_K) -> dict[str, Any]:
-    """What ``get`` says of player ``i`` of ``eng`` (without the ``scope`` field)."""
-    v = eng.view(i)
-    p = eng.params
-    tier = v.tier
-    return {
-        "player": v.player,
-        "mu": v.mu,
-        "sigma": v.sigma,
-        "display": _display(eng, i, display_k),
-        "tier": tier,
-        "placed": tier is not None,
-        # Provisional = not placed yet (§6.1): n_min events (this season's, in a season scope
-        # after a reset) and sigma <= sigma_place.
-        "provisional": tier is None,
-        "placement": {
-            "events": eng.placement_events(i),
-            "events_needed": p.n_min,
-            "sigma": v.sigma,
-            "sigma_needed": p.sigma_place,
-        },
-        "rank": v.rank,
-        "percentile": eng.percentile(i),
-        "events": v.n,
-        "streak": v.streak,
-        "trend": v.trend,
-        "last_seen": v.last_t,
-        "active": v.active,
-        "players": len(eng),
-    }
-
-
-def tiers_answer(eng: Engine) -> dict[str, Any]:
-    """What ``tiers`` says: each tier's lowest mu and its players, best tier first."""
-    info = eng.tier_info()
-    # Tier k spans [B_k, B_{k-1}); the lowest tier has no lower boundary (B_15 = -inf).
-    mins: list[float | None] = [*info.boundaries, None]
-    placed = sum(info.counts)
-    return {
-        "tiers": [
-            {"tier": name, "min_mu": low, "players": count}
-            for name, low, count in zip(TIER_NAMES, mins, info.counts, strict=True)
-        ],
-        "placed": placed,
-        "unplaced": len(eng) - placed,
-        "calibrations": info.calibrations,
-        "active": info.active,
-        "players": len(eng),
-    }
-
-
-# ---------------------------------------------------------------------------- rate limit
-class TokenBucket:
-    """Allows at most ``burst + rate * elapsed`` requests in any span of ``elapsed`` seconds.
-
-    Pure: the caller passes the time (a monotonic clock). Starts full, so a new connection may
-    send ``burst`` requests at once. ``rate`` 0 means no refill at all: only ``burst`` requests
-    ever (the server does not make a bucket when ``rate_limit`` is 0, i.e. unlimited).
-    """
-
-    __slots__ = ("burst", "last", "rate", "tokens")
-
-    def __init__(self, rate: float, burst: int, now: float) -> None:
-        if not (math.isfinite(rate) and rate >= 0):
-            raise ValueError(f"rate must be finite and >= 0, got {rate!r}")
-        if burst < 1:
-            raise ValueError(f"burst must be >= 1, got {burst!r}")
-        self.rate = rate
-        self.burst = float(burst)
-        self.tokens = float(burst)
-        self.last = now
-
-    def take(self, now: float) -> float:
-        """Spend one token: 0.0 if the request may go, else the seconds until a token is due."""
-        if now > self.last:  # a clock that steps back refills nothing
-            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
-            self.last = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return 0.0
-        if self.rate <= 0:
-            return math.inf
-        return (1.0 - self.tokens) / self.rate
 
 
 # ---------------------------------------------------------------------------- the servers
@@ -934,9 +794,3 @@ def _address(sockname: Any) -> str:
         host, port = sockname[0], sockname[1]
         return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
     return str(sockname)
-
-
-def _display(eng: Engine, i: int, k: float) -> float:
-    """The display rating: the engine's own (mu - 3 sigma, its step per event bounded when
-    ``[adr] display_cap``), or mu - k sigma when ``[query] display_k`` asks for another k."""
-    return eng.display(i) if k == DISPLAY_K else eng.mu(i) - k * eng.sigma(i)

@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from arenad.core.engine import Engine
+from arenad.core.engine import DISPLAY_K, Engine
 from arenad.daemon.config_ingame import TemplateSettings
-from arenad.daemon.query import player_answer, tiers_answer
+from arenad.views import player_body, tiers_body
 
 #: The most players ``!top`` lists: five lines fit on a Quake 3 chat area at once.
 MAX_TOP = 5
@@ -155,7 +155,7 @@ def answer(
     i = eng.ids.get(player) if player is not None else None
     if i is None:
         return [templates.unknown.format(name=shown)]
-    view = player_answer(eng, i)
+    view = player_body(eng, i, DISPLAY_K, eng.scope)
     fields: dict[str, Any] = {
         "name": shown,
         "rank": view["rank"],
@@ -181,7 +181,7 @@ def answer(
         return [_fill(templates.session, {**fields, "change": change, "kills": kills, "deaths": deaths})]
     if not placed:
         return [_fill(templates.next_unplaced if cmd.name == "next" else templates.unplaced, fields)]
-    tiers: Sequence[dict[str, Any]] = tiers_answer(eng)["tiers"]
+    tiers: Sequence[dict[str, Any]] = tiers_body(eng)["tiers"]
     k = next(j for j, row in enumerate(tiers) if row["tier"] == view["tier"])  # 0 is the best
     if cmd.name == "tier":
         low = tiers[k]["min_mu"]

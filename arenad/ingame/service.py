@@ -34,13 +34,13 @@ from arenad.core.engine import Engine
 from arenad.daemon.config import parse_hostport
 from arenad.daemon.config_ingame import InGameSettings, RconServer
 from arenad.daemon.notify import RatingChange
-from arenad.daemon.query import TokenBucket
 from arenad.daemon.secrets import read_secret
 from arenad.errors import ConfigError, ConfigProblem
 from arenad.feeds import ChatLine
 from arenad.ingame.commands import Speaker, answer, display_name, parse
 from arenad.ingame.rcon import Quake3Rcon, Rcon, RconError, SourceRcon
 from arenad.scopes import ScopeSet
+from arenad.views import TokenBucket
 
 log = structlog.get_logger("arenad.ingame")
 

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from arenad.core.engine import Engine
+from arenad.core.engine import DISPLAY_K, Engine
 from arenad.core.params import ADRParams
 from arenad.daemon.config_ingame import TemplateSettings
-from arenad.daemon.query import player_answer, tiers_answer
 from arenad.ingame.commands import MAX_LINE, Command, Speaker, answer, pack, parse
+from arenad.views import player_body, tiers_body
 
 T = TemplateSettings()
 PLAIN = TemplateSettings(
@@ -93,7 +93,7 @@ class TestAnswer:
 
     def test_rank(self, eng: Engine) -> None:
         i = eng.ids["name:P7"]
-        v = player_answer(eng, i)
+        v = player_body(eng, i, DISPLAY_K, eng.scope)
         (line,) = answer(Command("rank"), Speaker("name:P7", "P7"), eng, PLAIN)
         assert v["placed"]
         assert line == f"P7 #{v['rank']}/8 {v['mu']:.1f} {v['tier']} {v['percentile']:.0f}"
@@ -116,10 +116,10 @@ class TestAnswer:
         assert line == f"A place first 1/{eng.params.n_min}"
 
     def test_next_is_the_gap_to_the_tier_above(self, eng: Engine) -> None:
-        tiers = tiers_answer(eng)["tiers"]
+        tiers = tiers_body(eng)["tiers"]
         for player in eng.names:
             i = eng.ids[player]
-            v = player_answer(eng, i)
+            v = player_body(eng, i, DISPLAY_K, eng.scope)
             k = next(j for j, row in enumerate(tiers) if row["tier"] == v["tier"])
             (line,) = answer(Command("next"), Speaker(player, "X"), eng, PLAIN)
             if k == 0:
@@ -132,7 +132,7 @@ class TestAnswer:
                 assert line == f"X +{gap:.3f} to {tiers[k - 1]['tier']} hold {hold:.3f}"
 
     def test_tier(self, eng: Engine) -> None:
-        v = player_answer(eng, eng.ids["name:P0"])
+        v = player_body(eng, eng.ids["name:P0"], DISPLAY_K, eng.scope)
         (line,) = answer(Command("tier"), Speaker("name:P0", "P0"), eng, PLAIN)
         assert line.startswith(f"P0 {v['tier']} ")
 

@@ -1,0 +1,194 @@
+"""What a reader sees of a ladder: the rows and bodies both read protocols answer.
+
+The NDJSON query op (``arenad.daemon.query``) and the HTTP API (``arenad.web.api``) show the same
+player, the same leaderboard row and the same tier table; they are built here once, from an
+``Engine`` and its ids, so the two can never disagree on what a field means (STYLE.md §13).
+Pure like the core: no I/O, no clock; plain dicts of JSON values out (non-finite floats are left
+for the encoder, which writes them as null).
+
+``TokenBucket`` (the per-connection and per-client rate limit of both servers) lives here too,
+as the one pure piece of request admission they share.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from arenad.core.engine import DISPLAY_K, Engine
+from arenad.core.params import TIER_NAMES
+from arenad.scopes import ScopeSet
+
+#: Players a filtered walk down the ladder steps over at most before it answers with what it
+#: found (each skipped entry costs about a microsecond): a request's cost stays bounded.
+MAX_SKIP = 200_000
+
+
+def display_rating(eng: Engine, i: int, k: float) -> float:
+    """The display rating: the engine's own (mu - 3 sigma, its step per event bounded when
+    ``[adr] display_cap``), or mu - k sigma when ``[query] display_k`` asks for another k."""
+    return eng.display(i) if k == DISPLAY_K else eng.mu(i) - k * eng.sigma(i)
+
+
+def player_body(eng: Engine, i: int, k: float, scope: str) -> dict[str, Any]:
+    """Everything the query op ``get`` answers about player ``i``."""
+    v = eng.view(i)
+    p = eng.params
+    tier = v.tier
+    return {
+        "scope": scope,
+        "player": v.player,
+        "mu": v.mu,
+        "sigma": v.sigma,
+        "display": display_rating(eng, i, k),
+        "tier": tier,
+        "placed": tier is not None,
+        # Provisional = not placed yet (§6.1): n_min events (this season's, in a season scope
+        # after a reset) and sigma <= sigma_place.
+        "provisional": tier is None,
+        "placement": {
+            "events": eng.placement_events(i),
+            "events_needed": p.n_min,
+            "sigma": v.sigma,
+            "sigma_needed": p.sigma_place,
+        },
+        "rank": v.rank,
+        "percentile": eng.percentile(i),
+        "events": v.n,
+        "streak": v.streak,
+        "trend": v.trend,
+        "last_seen": v.last_t,
+        "active": v.active,
+        "players": len(eng),
+    }
+
+
+def ladder_rows(
+    eng: Engine, ids: Iterable[int], k: float, rank: Callable[[int], int] | None = None
+) -> list[dict[str, Any]]:
+    """One leaderboard row per id, in the order given; ``rank`` another ranking than the
+    ladder's own (the web's public ranks skip hidden players)."""
+    # The engine's accessors rather than a PlayerView per row: a top-100 is 100 rows.
+    names = eng.names
+    rank_of = eng.rank if rank is None else rank
+    rows = []
+    for i in ids:
+        mu = eng.mu(i)
+        sigma = eng.sigma(i)
+        tier = eng.tier_of(i)
+        rows.append(
+            {
+                # Competition rank, as in "get": equal ratings share the better rank.
+                "rank": rank_of(i),
+                "player": names[i],
+                "mu": mu,
+                "sigma": sigma,
+                "display": display_rating(eng, i, k),
+                "tier": tier,
+                "provisional": tier is None,
+                "active": eng.is_active(i),
+            }
+        )
+    return rows
+
+
+def walk_ladder(eng: Engine, keep: Callable[[int], bool], offset: int, n: int) -> tuple[list[int], bool]:
+    """Ids of the ``n`` players after the first ``offset`` that ``keep`` accepts, best first, and
+    whether the walk stopped early after stepping over ``MAX_SKIP`` refused players."""
+    ids: list[int] = []
+    skipped = 0
+    seen = 0
+    for i in eng.ladder_ids():
+        if not keep(i):
+            skipped += 1
+            if skipped > MAX_SKIP:
+                return ids, True
+            continue
+        seen += 1
+        if seen > offset:
+            ids.append(i)
+            if len(ids) >= n:
+                break
+    return ids, False
+
+
+def tiers_body(eng: Engine) -> dict[str, Any]:
+    """The tier table: each tier's lower boundary (visible scale) and placed players."""
+    info = eng.tier_info()
+    # Tier k spans [B_k, B_{k-1}); the lowest tier has no lower boundary (B_15 = -inf).
+    mins: list[float | None] = [*info.boundaries, None]
+    placed = sum(info.counts)
+    return {
+        "tiers": [
+            {"tier": name, "min_mu": low, "players": count}
+            for name, low, count in zip(TIER_NAMES, mins, info.counts, strict=True)
+        ],
+        "placed": placed,
+        "unplaced": len(eng) - placed,
+        "calibrations": info.calibrations,
+        "active": info.active,
+        "players": len(eng),
+    }
+
+
+def engine_stats(eng: Engine) -> dict[str, Any]:
+    """The engine's own figures of the query op ``stats``."""
+    return {
+        "players": len(eng),
+        "active": eng.active_count,
+        "active_mean": eng.active_mean(),
+        "mean_sigma": eng.mean_sigma,
+        "applied": eng.applied,
+        "filtered": eng.filtered,
+        "rejected": dict(eng.rejected),
+        "clock": eng.clock,  # -inf before the first event: encoded as null
+        "calibrations": eng.calibrations,
+        "tier_changes": eng.tier_changes,
+    }
+
+
+def scopes_body(live: Engine | ScopeSet) -> dict[str, Any]:
+    """Every scope with its players and whether it is closed, and the current season."""
+    if isinstance(live, Engine):
+        return {"scopes": [{"scope": "global", "players": len(live), "closed": False}], "season": None}
+    return {
+        "scopes": [
+            {"scope": key, "players": len(e), "active": e.active_count, "closed": key in live.closed}
+            for key, e in live.engines.items()
+        ],
+        "season": live.season,
+    }
+
+
+class TokenBucket:
+    """Allows at most ``burst + rate * elapsed`` requests in any span of ``elapsed`` seconds.
+
+    Pure: the caller passes the time (a monotonic clock). Starts full, so a new connection may
+    send ``burst`` requests at once. ``rate`` 0 means no refill at all: only ``burst`` requests
+    ever (the server does not make a bucket when ``rate_limit`` is 0, i.e. unlimited).
+    """
+
+    __slots__ = ("burst", "last", "rate", "tokens")
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        if not (math.isfinite(rate) and rate >= 0):
+            raise ValueError(f"rate must be finite and >= 0, got {rate!r}")
+        if burst < 1:
+            raise ValueError(f"burst must be >= 1, got {burst!r}")
+        self.rate = rate
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.last = now
+
+    def take(self, now: float) -> float:
+        """Spend one token: 0.0 if the request may go, else the seconds until a token is due."""
+        if now > self.last:  # a clock that steps back refills nothing
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+            self.last = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        if self.rate <= 0:
+            return math.inf
+        return (1.0 - self.tokens) / self.rate

@@ -1,0 +1,182 @@
+"""The aiohttp adapter: connection limit, trusted proxies, start and close."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import ipaddress
+import socket
+
+import pytest
+import uvloop
+from web_harness import TIMEOUT, Client, ServerThread, World, start_server
+
+from arenad.web.config import WebSettings
+from arenad.web.port import WebPorts
+from arenad.web.server import client_address, start_web
+
+TRUSTED = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("127.0.0.1/32"))
+
+
+class TestClientAddress:
+    """X-Forwarded-For is believed only from a trusted proxy, and only past trusted hops."""
+
+    @pytest.mark.parametrize(
+        ("peer", "xff", "trusted", "expected"),
+        [
+            ("203.0.113.9", "1.2.3.4", TRUSTED, "203.0.113.9"),  # peer not trusted: header ignored
+            ("127.0.0.1", "1.2.3.4", TRUSTED, "1.2.3.4"),
+            ("127.0.0.1", "6.6.6.6, 1.2.3.4, 10.1.1.1", TRUSTED, "1.2.3.4"),  # rightmost untrusted
+            ("127.0.0.1", None, TRUSTED, "127.0.0.1"),
+            ("127.0.0.1", "1.2.3.4", (), "127.0.0.1"),  # no trusted proxies configured
+            ("127.0.0.1", "10.0.0.1, 10.0.0.2", TRUSTED, "10.0.0.1"),
+        ],
+    )
+    def test_rule(self, peer: str, xff: str | None, trusted: tuple[object, ...], expected: str) -> None:
+        assert client_address(peer, xff, trusted) == expected
+
+    def test_rate_limit_counts_the_forwarded_client(self, world: World) -> None:
+        srv = start_server(world, rate_limit=0.001, burst=1, trusted_proxies=["127.0.0.1/32"])
+        try:
+            assert srv.handle.address is not None
+            c = Client(srv.handle.address)
+            assert c.get("/api/v1/tiers", headers={"X-Forwarded-For": "198.51.100.1"}).status == 200
+            assert c.get("/api/v1/tiers", headers={"X-Forwarded-For": "198.51.100.1"}).status == 429
+            assert c.get("/api/v1/tiers", headers={"X-Forwarded-For": "198.51.100.2"}).status == 200
+        finally:
+            srv.stop()
+
+
+class TestConnections:
+    """A connection over max_connections gets one 503 and is closed; the others are served."""
+
+    def test_limit(self, world: World) -> None:
+        srv = start_server(world, max_connections=2)
+        held: list[socket.socket] = []
+        try:
+            assert srv.handle.address is not None
+            host, _, port = srv.handle.address.rpartition(":")
+            for _ in range(2):
+                s = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+                held.append(s)
+            # The held connections are established once they answer a request.
+            for s in held:
+                s.sendall(b"GET /api/v1/tiers HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert s.recv(12).startswith(b"HTTP/1.1 200")
+            conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
+            conn.request("GET", "/api/v1/tiers")
+            r = conn.getresponse()
+            assert r.status == 503
+            assert r.getheader("Retry-After") == "1"
+            conn.close()
+        finally:
+            for s in held:
+                s.close()
+            srv.stop()
+
+
+class TestLifecycle:
+    """listen = off starts nothing; close is idempotent and frees the port."""
+
+    def test_off_and_close(self, world: World) -> None:
+        async def scenario() -> None:
+            ports = WebPorts(scopes=lambda: world.scopes, status=dict)
+            off = await start_web(WebSettings(listen="off"), ports)
+            assert off.address is None
+            await off.close()
+            on = await start_web(WebSettings(listen="127.0.0.1:0"), ports)
+            assert on.address is not None
+            host, _, port = on.address.rpartition(":")
+            await on.close()
+            await on.close()
+            with pytest.raises(OSError):
+                await asyncio.wait_for(asyncio.open_connection(host, int(port)), TIMEOUT)
+
+        runner = uvloop.new_event_loop()
+        try:
+            runner.run_until_complete(asyncio.wait_for(scenario(), TIMEOUT))
+        finally:
+            runner.close()
+
+
+class TestObserve:
+    """observe(route, status, seconds) is called once per answer with a bounded route label."""
+
+    def test_route_labels(self, world: World) -> None:
+        seen: list[tuple[str, int, float]] = []
+        ports = WebPorts(scopes=lambda: world.scopes, status=dict)
+        settings = WebSettings(listen="127.0.0.1:0", rate_limit=0.0)
+        srv = ServerThread(ports, settings, observe=lambda *a: seen.append(a))
+        try:
+            assert srv.handle.address is not None
+            c = Client(srv.handle.address)
+            c.get("/api/v1/players/" + world.players[0])
+            c.get("/api/v1/players/someone-else")
+            c.get("/api/v1/leaderboard?limit=1")
+            c.get("/no/such/page")
+        finally:
+            srv.stop()
+        assert [(route, status) for route, status, _ in seen] == [
+            ("/api/v1/players/{player}", 200),
+            ("/api/v1/players/{player}", 404),
+            ("/api/v1/leaderboard", 200),
+            ("other", 404),
+        ]
+        assert all(seconds >= 0 for _, _, seconds in seen)
+
+
+class TestHttp11:
+    """Keep-alive, pipelining, Connection: close and HEAD over one raw socket."""
+
+    def _read_responses(self, s: socket.socket, count: int) -> list[bytes]:
+        buf = b""
+        out: list[bytes] = []
+        while len(out) < count:
+            head_end = buf.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = buf[:head_end].decode("latin-1")
+                length = next(
+                    (
+                        int(line.split(":", 1)[1])
+                        for line in head.split("\r\n")
+                        if line.lower().startswith("content-length:")
+                    ),
+                    0,
+                )
+                end = head_end + 4 + (0 if head.startswith("HTTP/1.1 304") or "HEAD" in head else length)
+                if len(buf) >= end:
+                    out.append(buf[:end])
+                    buf = buf[end:]
+                    continue
+            chunk = s.recv(65536)
+            assert chunk, "the server closed early"
+            buf += chunk
+        return out
+
+    def test_pipelined_requests_answer_in_order(self, client: Client) -> None:
+        with socket.create_connection((client.host, client.port), timeout=TIMEOUT) as s:
+            s.sendall(
+                b"GET /api/v1/tiers HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET /api/v1/players/nobody HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            replies = self._read_responses(s, 3)
+        assert [r.split(b" ", 2)[1] for r in replies] == [b"200", b"404", b"200"]
+        assert b'"tiers"' in replies[0] and b'"version"' in replies[2]
+
+    def test_connection_close_is_honoured(self, client: Client) -> None:
+        with socket.create_connection((client.host, client.port), timeout=TIMEOUT) as s:
+            s.sendall(b"GET /api/v1/tiers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 200")
+        assert b'"tiers"' in data
+
+    def test_http_1_0(self, client: Client) -> None:
+        with socket.create_connection((client.host, client.port), timeout=TIMEOUT) as s:
+            s.sendall(b"GET /api/v1/tiers HTTP/1.0\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        assert data.split(b" ", 2)[1] == b"200"
