@@ -39,3 +39,15 @@ class Kernel:
         start: int,
         stop: int,
     ) -> tuple[int, int]: ...
+
+def scan_kills(
+    data: bytes,
+    pos: int,
+    attackers: list[str],
+    victims: list[str],
+    times: list[float],
+    limit: int,
+    safe: int,
+    max_line: int,
+    /,
+) -> tuple[int, int]: ...
