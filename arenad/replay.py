@@ -100,6 +100,7 @@ def replay_files(paths: Iterable[Path], params: ADRParams) -> tuple[Engine, Repl
     a placement or a refusal first flushes the kills before it, so the order is the file's and
     the result is exactly ``replay_events`` of the same files (tests/test_replay_batch.py)."""
     engine = Engine(params)
+    engine.defer_ladder()  # nothing reads a rank before the end: the index is built once then
     summary = ReplaySummary()
     rejected = summary.rejected
     attackers: list[str] = []

@@ -45,12 +45,13 @@ static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l'
 enum {
     K_CLOCK, K_LATE, K_FILTERED, K_NACTIVE, K_SUM_ACTIVE, K_SUM_ALL, K_SUM_SIGMA, K_RLO, K_RHI,
     K_DELTA_A, K_DELTA_B, K_APPLIED, K_NAMES, K_IDS, K_COOLDOWN, K_LOG, K_EXPIRY, K_ACTIVE,
-    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, K_RECAL_APPLIED, NKEYS
+    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, K_RECAL_APPLIED, K_LADDER_OK, NKEYS
 };
 static const char *const key_names[NKEYS] = {
     "clock", "late_applied", "filtered", "_n_active", "_sum_r_active", "_sum_r_all", "_sum_sigma",
     "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied", "names", "ids",
-    "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied"};
+    "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied",
+    "_ladder_ok"};
 
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
@@ -619,8 +620,11 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         double inc = (active_a ? ra_new - ra_old : 0.0) + (active_b ? rb_new - rb_old : 0.0);
         if (set_double(self, K_SUM_ACTIVE, sum_active + inc) < 0) return NULL;
     }
+    /* The ladder index, unless a batch deferred it (Engine.defer_ladder: rebuilt when read). */
+    PyObject *ladder_ok = ITEM(K_LADDER_OK);
+    if (!ladder_ok) return NULL;
     double olds[2] = {ra_old, rb_old}, news[2] = {ra_new, rb_new};
-    for (int side = 0; side < 2; side++)
+    for (int side = 0; side < 2 && ladder_ok == Py_True; side++)
         if (news[side] != olds[side] &&
             ladder_move((LadderObject *)ladder, -olds[side], -news[side], (uint32_t)players[side]) < 0)
             return NULL;
