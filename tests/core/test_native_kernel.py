@@ -16,6 +16,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -396,3 +397,44 @@ def test_a_deferred_ladder_changes_nothing(overrides: dict[str, Any], stream: li
     for engine in deferred:
         assert_same(engine, ref)
         assert _ranks(engine) == _ranks(ref)
+
+
+@needs_kernel
+@pytest.mark.parametrize("overrides", ALL_SETS, ids=ALL_IDS)
+@settings(max_examples=30, deadline=None)
+@given(stream=events, chunk=st.integers(1, 60))
+def test_batches_equal_feeding_one_by_one(overrides: dict[str, Any], stream: list[Event], chunk: int) -> None:
+    """``feed_many`` and ``score_many`` (the kernel holds the engine's scalars through a batch and
+    writes them back before any Python method and at its end) leave the Python path's state,
+    last changes and predictions, bit for bit, under every parameter set."""
+    params = ADRParams(**overrides)
+    many = Engine(params, native=True)
+    scored = Engine(params, native=True)
+    single = Engine(params, native=False)
+    t = 1_700_000_000.0
+    kills = []
+    for op, a, b, dt in stream:
+        t += dt
+        if op == "kill":
+            kills.append((f"p{a}", f"p{b}", t))
+    attackers = [k[0] for k in kills]
+    victims = [k[1] for k in kills]
+    times = [k[2] for k in kills]
+    learn = bytes(1 for _ in kills)
+    want_p = []
+    for a, v, at in kills:
+        i, j = single.ids.get(a), single.ids.get(v)
+        want_p.append(0.5 if i is None or j is None else single.predict(i, j))
+        single.feed(a, v, at)
+    got_p = np.zeros(len(kills))
+    for k in range(0, len(kills), chunk):
+        stop = min(k + chunk, len(kills))
+        many.feed_many(attackers[k:stop], victims[k:stop], times[k:stop])
+        scored.score_many(attackers, victims, times, learn, got_p, start=k, stop=stop)
+    for engine in (many, scored):
+        assert_same(engine, single)
+        assert (engine.last_delta_attacker, engine.last_delta_victim) == (
+            single.last_delta_attacker,
+            single.last_delta_victim,
+        )
+    assert canonical(got_p.tolist()) == canonical(want_p)
