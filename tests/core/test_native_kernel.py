@@ -422,10 +422,10 @@ def test_batches_equal_feeding_one_by_one(overrides: dict[str, Any], stream: lis
     times = [k[2] for k in kills]
     learn = bytes(1 for _ in kills)
     want_p = []
-    for a, v, at in kills:
-        i, j = single.ids.get(a), single.ids.get(v)
+    for name_a, name_v, at in kills:
+        i, j = single.ids.get(name_a), single.ids.get(name_v)
         want_p.append(0.5 if i is None or j is None else single.predict(i, j))
-        single.feed(a, v, at)
+        single.feed(name_a, name_v, at)
     got_p = np.zeros(len(kills))
     for k in range(0, len(kills), chunk):
         stop = min(k + chunk, len(kills))
