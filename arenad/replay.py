@@ -97,8 +97,9 @@ BATCH = 65_536
 def replay_files(paths: Iterable[Path], params: ADRParams) -> tuple[Engine, ReplaySummary]:
     """Replay arenad event files (JSON lines or msgpack) in batches: kills are collected into
     parallel lists and fed by ``Engine.feed_many`` (the C kernel while no recalibration is due);
-    a placement or a refusal first flushes the kills before it, so the order is the file's and
-    the result is exactly ``replay_events`` of the same files (tests/test_replay_batch.py)."""
+    a placement or an unusual kill first flushes the kills before it (a line the decoder refuses
+    is only counted), so the order is the file's and the result is exactly ``replay_events`` of
+    the same files (tests/test_replay.py, TestBatchReplay)."""
     engine = Engine(params)
     engine.defer_ladder()  # nothing reads a rank before the end: the index is built once then
     summary = ReplaySummary()
@@ -126,10 +127,11 @@ def replay_files(paths: Iterable[Path], params: ADRParams) -> tuple[Engine, Repl
             if len(times) >= BATCH:
                 flush()
             return
-        flush()
-        if isinstance(item, Reject):
+        if isinstance(item, Reject):  # the decoder's: the engine never sees it, no flush needed
             rejected[item.reason.value] += 1
-        elif isinstance(item, PlacementEvent):
+            return
+        flush()
+        if isinstance(item, PlacementEvent):
             summary.placements += 1
             engine.apply_placement(item.placements, item.t)
         else:
