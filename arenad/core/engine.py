@@ -1586,7 +1586,9 @@ class Engine:
         if not self._ladder_ok:
             # A deferred index is rebuilt only when someone is out of bounds (rarely).
             rr = np.frombuffer(r, dtype=np.float64)
-            if not (rr.size and (rr.max() > self._r_hi or rr.min() < self._r_lo)):
+            out = bool(rr.size) and (rr.max() > self._r_hi or rr.min() < self._r_lo)
+            del rr  # release the buffer: the column must stay resizable
+            if not out:
                 return
         ladder = self._index()
         for hi_side in (True, False):
