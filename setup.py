@@ -8,7 +8,12 @@ setup(
     ext_modules=[
         Extension(
             "arenad.core._ladder",
-            ["arenad/core/_ladder.c", "arenad/core/_kernel.c", "arenad/core/_sessions.c"],
+            [
+                "arenad/core/_ladder.c",
+                "arenad/core/_kernel.c",
+                "arenad/core/_sessions.c",
+                "arenad/core/_jsonl.c",
+            ],
             depends=["arenad/core/_native.h"],
             optional=True,
             # No fused multiply-add: the kernel must round exactly as the Python engine does.

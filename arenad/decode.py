@@ -25,6 +25,11 @@ from arenad.core.events import (
     kill_row,
 )
 
+try:  # the C scanner of the common JSON-line shape (arenad/core/_jsonl.c), when it was built
+    from arenad.core._ladder import scan_kills as _scan_kills
+except ImportError:  # pragma: no cover - a build without the extension
+    _scan_kills = None  # type: ignore[assignment]
+
 #: Longest JSON line accepted (a line holds one event or an array of events).
 MAX_LINE_BYTES = 1 << 20
 
@@ -111,6 +116,24 @@ def decode_json_rows(data: bytes) -> Iterator[DecodedRow]:
                     yield row[:5]
                     continue
         yield from decode_json_line(line)
+
+
+def scan_json_kills(
+    data: bytes, pos: int, attackers: list[str], victims: list[str], times: list[float], *, limit: int
+) -> tuple[int, int] | None:
+    """The batch replay's decoder in C: from byte ``pos`` of JSON lines, kills of the common shape
+    appended to the three lists (at most ``limit``) until a line the scanner is not certain about.
+
+    Returns ``(stop, next)``: ``stop`` is where it stopped, ``next`` the start of the line after
+    the one at ``stop`` when that line needs ``decode_json_rows(data[stop:next])`` (``next ==
+    stop`` when it stopped at the limit or the end). What it appends is exactly what
+    ``decode_json_line`` makes of those lines (``arenad/core/_jsonl.c`` has the shape it takes;
+    tests/test_decode.py compares the two). None when the C extension was not built.
+    """
+    if _scan_kills is None:
+        return None
+    stop, nxt = _scan_kills(data, pos, attackers, victims, times, limit, _SAFE_CHARS, MAX_LINE_BYTES)
+    return stop, nxt
 
 
 def decode_msgpack(payload: bytes) -> Iterator[Decoded]:

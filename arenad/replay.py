@@ -26,6 +26,7 @@ from arenad.decode import (
     decode_json_rows,
     decode_msgpack_stream,
     looks_like_json,
+    scan_json_kills,
 )
 from arenad.errors import InputError
 from arenad.feeds import ClockNote, FeedPlugin, NonKill
@@ -96,9 +97,11 @@ BATCH = 65_536
 def replay_files(paths: Iterable[Path], params: ADRParams) -> tuple[Engine, ReplaySummary]:
     """Replay arenad event files (JSON lines or msgpack) in batches: kills are collected into
     parallel lists and fed by ``Engine.feed_many`` (the C kernel while no recalibration is due);
-    a placement or a refusal first flushes the kills before it, so the order is the file's and
-    the result is exactly ``replay_events`` of the same files (tests/test_replay_batch.py)."""
+    a placement or an unusual kill first flushes the kills before it (a line the decoder refuses
+    is only counted), so the order is the file's and the result is exactly ``replay_events`` of
+    the same files (tests/test_replay.py, TestBatchReplay)."""
     engine = Engine(params)
+    engine.defer_ladder()  # nothing reads a rank before the end: the index is built once then
     summary = ReplaySummary()
     rejected = summary.rejected
     attackers: list[str] = []
@@ -115,27 +118,52 @@ def replay_files(paths: Iterable[Path], params: ADRParams) -> tuple[Engine, Repl
         victims.clear()
         times.clear()
 
+    def take(item: DecodedRow) -> None:
+        summary.events += 1
+        if type(item) is tuple:
+            attackers.append(item[1])
+            victims.append(item[2])
+            times.append(item[0])
+            if len(times) >= BATCH:
+                flush()
+            return
+        if isinstance(item, Reject):  # the decoder's: the engine never sees it, no flush needed
+            rejected[item.reason.value] += 1
+            return
+        flush()
+        if isinstance(item, PlacementEvent):
+            summary.placements += 1
+            engine.apply_placement(item.placements, item.t)
+        else:
+            assert isinstance(item, KillEvent)
+            summary.count(engine.feed(item.attacker, item.victim, item.t))
+
     started = time.perf_counter()
     for path in paths:
-        for item in _rows(path):
-            summary.events += 1
-            if type(item) is tuple:
-                t, attacker, victim = item[0], item[1], item[2]
-                attackers.append(attacker)
-                victims.append(victim)
-                times.append(t)
-                if len(times) >= BATCH:
-                    flush()
-                continue
-            flush()
-            if isinstance(item, Reject):
-                rejected[item.reason.value] += 1
-            elif isinstance(item, PlacementEvent):
-                summary.placements += 1
-                engine.apply_placement(item.placements, item.t)
+        data = _read(path)
+        if not looks_like_json(data):
+            for item in decode_msgpack_stream(data):
+                take(item)
+            continue
+        # JSON lines: the C scanner appends the kills of the common shape to the lists and stops
+        # at a line it is not certain about, which decode_json_rows (Python) decodes.
+        pos, end = 0, len(data)
+        while pos < end:
+            before = len(times)
+            scanned = scan_json_kills(data, pos, attackers, victims, times, limit=BATCH - before)
+            if scanned is None:  # no C extension: Python's decoder for every line
+                for row in decode_json_rows(data[pos:]):
+                    take(row)
+                break
+            stop, pos = scanned
+            summary.events += len(times) - before
+            if len(times) >= BATCH:
+                flush()
+            if pos > stop:
+                for row in decode_json_rows(data[stop:pos]):
+                    take(row)
             else:
-                assert isinstance(item, KillEvent)
-                summary.count(engine.feed(item.attacker, item.victim, item.t))
+                pos = stop
     flush()
     summary.seconds = time.perf_counter() - started
     summary.players = len(engine)
@@ -157,14 +185,6 @@ def iter_file(path: Path) -> Iterator[Decoded]:
             yield from decode_json_line(line)
     else:
         yield from decode_msgpack_stream(data)
-
-
-def _rows(path: Path) -> Iterator[DecodedRow]:
-    """A file's events, kills of the common shape as rows (``decode_json_rows``) for JSON lines."""
-    data = _read(path)
-    if looks_like_json(data):
-        return decode_json_rows(data)
-    return decode_msgpack_stream(data)
 
 
 def replay_log_files(

@@ -9,8 +9,9 @@ reference measured in the same run.
 The stream is bench/stream.py's server network (warm-up history, then the main stream at 200
 events per second of event time), written as one JSON line per kill with a server field.
 
-* **replay**: ``arenad.replay.replay_files`` (what ``arenad replay`` runs: decode with orjson,
-  feed through ``Engine.feed_many``) on that file, from reading the bytes to the last event;
+* **replay**: ``arenad.replay.replay_files`` (what ``arenad replay`` runs: the C line scanner,
+  ``decode_json_rows`` for the lines it hands back, ``Engine.feed_many`` with the ladder index
+  deferred) on that file, from reading the bytes to the last event;
   reference: the per-event path it replaced, ``replay_events(engine, iter_file(path))``
   (the standard library's JSON and one ``Engine.feed`` call per kill), on the same file.
 * **tune**: ``arenad.evaluation.fast.walk_forward_adr`` (one configuration of ``arenad tune``:

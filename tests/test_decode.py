@@ -10,9 +10,16 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from json_lines import hostile_json_lines
 
 from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason, event_from_obj
-from arenad.decode import decode_json_line, decode_json_rows, decode_msgpack, decode_msgpack_stream
+from arenad.decode import (
+    decode_json_line,
+    decode_json_rows,
+    decode_msgpack,
+    decode_msgpack_stream,
+    scan_json_kills,
+)
 
 GOOD = {"t": 1700000000.5, "attacker": "alice", "victim": "bob", "server": "eu-1", "id": 7, "weapon": "rail"}
 
@@ -303,3 +310,95 @@ def test_batch_rows_equal_the_line_decoder(data: bytes) -> None:
     want = [item for line in data.splitlines() for item in decode_json_line(line)]
     got = list(decode_json_rows(data))
     assert _as_rows(got) == _as_rows(want)
+
+
+# ---------------------------------------------------------------------------- the C line scanner
+_scan = pytest.mark.skipif(
+    scan_json_kills(b"", 0, [], [], [], limit=1) is None, reason="the C extension was not built"
+)
+
+
+def _scanned(data: bytes, limit: int) -> tuple[list[Any], int]:
+    """What the batch replay decodes from ``data``: the scanner, and decode_json_rows for every
+    line it hands back; kills as (t as hex, attacker, victim). Also how many lines it took."""
+    out: list[Any] = []
+    taken = 0
+    pos = 0
+    while pos < len(data):
+        attackers: list[str] = []
+        victims: list[str] = []
+        times: list[float] = []
+        scanned = scan_json_kills(data, pos, attackers, victims, times, limit=limit)
+        assert scanned is not None
+        stop, nxt = scanned
+        assert pos <= stop <= nxt <= len(data)
+        taken += len(times)
+        out.extend((t.hex(), a, v) for t, a, v in zip(times, attackers, victims, strict=True))
+        if nxt > stop:
+            out.extend(_kill_or_item(item) for item in decode_json_rows(data[stop:nxt]))
+            pos = nxt
+        else:
+            assert times, "the scanner stopped without taking or handing back a line"
+            pos = stop
+    return out, taken
+
+
+def _kill_or_item(item: Any) -> Any:
+    if isinstance(item, KillEvent):
+        return (item.t.hex(), item.attacker, item.victim)
+    if type(item) is tuple:
+        return (item[0].hex(), item[1], item[2])
+    return item
+
+
+@_scan
+class TestScanner:
+    """The C scanner of the batch replay takes the common line shape exactly as the line decoder
+    reads it, and hands every other line back."""
+
+    @settings(max_examples=1500, deadline=None)
+    @given(data=hostile_json_lines(), limit=st.integers(1, 4))
+    def test_equals_the_line_decoder_on_hostile_lines(self, data: bytes, limit: int) -> None:
+        want = [_kill_or_item(item) for line in data.splitlines() for item in decode_json_line(line)]
+        got, _ = _scanned(data, limit)
+        assert got == want
+
+    @settings(max_examples=300, deadline=None)
+    @given(data=_json_lines())
+    def test_equals_the_line_decoder_on_serialised_objects(self, data: bytes) -> None:
+        want = [_kill_or_item(item) for line in data.splitlines() for item in decode_json_line(line)]
+        assert _scanned(data, 3)[0] == want
+
+    @pytest.mark.parametrize(
+        "line",
+        [
+            b'{"t": 1700000000.5, "attacker": "alice", "victim": "bob", "server": "eu-1"}',
+            b'{"t":1.5,"attacker":"a","victim":"b"}',
+            b' {"victim":"b" , "t":-2.5e3,"attacker":"a", "id": 17, "weapon": "rail"}\t',
+            b'{"t":1.5,"attacker":"a","victim":"b","id":"x-1","server":""}',
+        ],
+    )
+    def test_takes_the_common_shapes(self, line: bytes) -> None:
+        """Else the differential above would pass with a scanner that takes nothing."""
+        data = line + b"\r\n" + line
+        got, taken = _scanned(data, 10)
+        assert taken == 2
+        assert got == [_kill_or_item(item) for ln in data.splitlines() for item in decode_json_line(ln)]
+
+    @pytest.mark.parametrize(
+        "line",
+        [
+            b'{"t":1,"attacker":"a","victim":"b"}',  # an int t: the slow path's float(t)
+            b'{"t":1.5,"attacker":"a","victim":"b","server":null}',
+            b'{"t":1.5,"attacker":"a","victim":"a"}',
+            b'{"t":1.5,"attacker":"a","victim":"b","t":2.5}',
+            b'{"t":1e999,"attacker":"a","victim":"b"}',
+            b'{"t":1.5,"attacker":"\\u0061","victim":"b"}',
+            b'{"t":1.5,"attacker":"\xc3\x9c","victim":"b"}',
+            b'{"t":1.5,"attacker":"a","victim":"b","extra":1}',
+            b'[{"t":1.5,"attacker":"a","victim":"b"}]',
+            b"   ",
+        ],
+    )
+    def test_hands_back_what_it_is_not_certain_of(self, line: bytes) -> None:
+        assert scan_json_kills(line + b"\n", 0, [], [], [], limit=10) == (0, len(line) + 1)

@@ -7,8 +7,14 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from json_lines import hostile_json_lines
 
+from arenad import replay
+from arenad.core.engine import Engine
 from arenad.core.events import KillEvent
+from arenad.core.params import ADRParams
 from arenad.errors import InputError
 from arenad.replay import iter_file
 
@@ -29,3 +35,34 @@ class TestIterFile:
         missing = tmp_path / "missing.jsonl"
         with pytest.raises(InputError, match=r"missing\.jsonl"):
             list(iter_file(missing))
+
+
+class TestBatchReplay:
+    """``replay_files`` (the C line scanner, ``Engine.feed_many``) reaches exactly the state and
+    the counts of ``replay_events`` over ``iter_file`` (the line decoder, one ``feed`` per kill)."""
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(data=st.data(), batch=st.sampled_from([1, 3, 65_536]))
+    def test_equals_the_per_event_replay(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: st.DataObject, batch: int
+    ) -> None:
+        monkeypatch.setattr(replay, "BATCH", batch)
+        names = [f"p{k}" for k in range(6)]
+        lines = []
+        t = 1_700_000_000.0
+        for _ in range(data.draw(st.integers(1, 60))):
+            t += data.draw(st.sampled_from([0.5, 30.0, 400.0, -5.0]))
+            a, v = data.draw(st.permutations(names))[:2]
+            lines.append(json.dumps({"t": t, "attacker": a, "victim": v}).encode())
+            if data.draw(st.integers(0, 4)) == 0:
+                lines.append(data.draw(hostile_json_lines()))
+        path = tmp_path / "events.jsonl"
+        path.write_bytes(b"\n".join(lines))
+        engine, summary = replay.replay_files([path], ADRParams())
+        ref = Engine(ADRParams())
+        want = replay.replay_events(ref, iter_file(path))
+        assert engine.export_state() == ref.export_state()
+        got_counts, want_counts = summary.as_dict(), want.as_dict()
+        for counts in (got_counts, want_counts):
+            del counts["seconds"], counts["events_per_s"]
+        assert got_counts == want_counts

@@ -45,12 +45,13 @@ static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l'
 enum {
     K_CLOCK, K_LATE, K_FILTERED, K_NACTIVE, K_SUM_ACTIVE, K_SUM_ALL, K_SUM_SIGMA, K_RLO, K_RHI,
     K_DELTA_A, K_DELTA_B, K_APPLIED, K_NAMES, K_IDS, K_COOLDOWN, K_LOG, K_EXPIRY, K_ACTIVE,
-    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, K_RECAL_APPLIED, NKEYS
+    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, K_RECAL_APPLIED, K_LADDER_OK, NKEYS
 };
 static const char *const key_names[NKEYS] = {
     "clock", "late_applied", "filtered", "_n_active", "_sum_r_active", "_sum_r_all", "_sum_sigma",
     "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied", "names", "ids",
-    "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied"};
+    "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied",
+    "_ladder_ok"};
 
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
@@ -83,7 +84,23 @@ typedef struct {
     double cal_keep, grace_s, repeat_w;
     int64_t returning_events, wlen, s_max, n_act, n_min, max_players, recal_min_events;
     int corrected, pool_losses, decay_on, logistic, cap_decay, sweep_sigma, display_cap;
+    /* The engine's scalars (clock, sums, counters, calibration) while a batch runs (feed_many,
+     * score_many, run: `batch` set): each read from its slot on first use, written back (only
+     * those that changed) before a Python method of the engine runs and when the batch returns,
+     * so a batch builds no float or int object per event for them, and Python never sees a
+     * stale value: it only runs in those two places. One event (apply, feed) reads and writes
+     * the slots directly, as it did before, which costs it less than the write-back would.
+     * Indexed by the K_ keys. */
+    double sd[NKEYS];
+    long long si[NKEYS];
+    uint64_t s_loaded, s_dirty;
+    int batch;
 } KernelObject;
+
+/* The scalars that are Python ints (the others are floats). */
+#define INT_KEYS                                                                                                 \
+    ((1ULL << K_LATE) | (1ULL << K_FILTERED) | (1ULL << K_NACTIVE) | (1ULL << K_APPLIED) | (1ULL << K_QN) |     \
+     (1ULL << K_RECAL_APPLIED))
 
 static inline double *dcol(PyObject *o) { return (double *)((ArrayObject *)o)->ob_item; }
 static inline int64_t *icol(PyObject *o) { return (int64_t *)((ArrayObject *)o)->ob_item; }
@@ -104,24 +121,105 @@ static inline int slot_set(PyObject *engine, Py_ssize_t off, PyObject *v) {
     return 0;
 }
 
-static inline int get_double(KernelObject *self, int k, double *out) {
-    PyObject *v = ITEM(k);
-    if (!v) return -1;
-    *out = PyFloat_AsDouble(v);
-    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+/* The float scalar k (see KernelObject.sd). */
+static inline __attribute__((always_inline)) int get_double(KernelObject *self, int k, double *out) {
+    if (!self->batch) {
+        PyObject *v = ITEM(k);
+        if (!v) return -1;
+        *out = PyFloat_AsDouble(v);
+        return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+    }
+    if (!(self->s_loaded & (1ULL << k))) {
+        PyObject *v = ITEM(k);
+        if (!v) return -1;
+        double x = PyFloat_AsDouble(v);
+        if (x == -1.0 && PyErr_Occurred()) return -1;
+        self->sd[k] = x;
+        self->s_loaded |= 1ULL << k;
+    }
+    *out = self->sd[k];
+    return 0;
 }
 
-static inline int set_double(KernelObject *self, int k, double x) {
-    return slot_set(self->engine, self->koff[k], PyFloat_FromDouble(x));
+static inline __attribute__((always_inline)) int set_double(KernelObject *self, int k, double x) {
+    if (!self->batch) return slot_set(self->engine, self->koff[k], PyFloat_FromDouble(x));
+    self->sd[k] = x;
+    self->s_loaded |= 1ULL << k;
+    self->s_dirty |= 1ULL << k;
+    return 0;
+}
+
+/* The int scalar k. */
+static inline __attribute__((always_inline)) int get_int(KernelObject *self, int k, long long *out) {
+    if (!self->batch) {
+        PyObject *v = ITEM(k);
+        if (!v) return -1;
+        *out = PyLong_AsLongLong(v);
+        return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    }
+    if (!(self->s_loaded & (1ULL << k))) {
+        PyObject *v = ITEM(k);
+        if (!v) return -1;
+        long long n = PyLong_AsLongLong(v);
+        if (n == -1 && PyErr_Occurred()) return -1;
+        self->si[k] = n;
+        self->s_loaded |= 1ULL << k;
+    }
+    *out = self->si[k];
+    return 0;
+}
+
+static inline __attribute__((always_inline)) int set_int(KernelObject *self, int k, long long n) {
+    if (!self->batch) return slot_set(self->engine, self->koff[k], PyLong_FromLongLong(n));
+    self->si[k] = n;
+    self->s_loaded |= 1ULL << k;
+    self->s_dirty |= 1ULL << k;
+    return 0;
 }
 
 /* engine.<k> += 1, as Python's int. */
 static inline int increment(KernelObject *self, int k) {
-    PyObject *v = ITEM(k);
-    if (!v) return -1;
-    long long n = PyLong_AsLongLong(v);
-    if (n == -1 && PyErr_Occurred()) return -1;
-    return slot_set(self->engine, self->koff[k], PyLong_FromLongLong(n + 1));
+    long long n;
+    if (get_int(self, k, &n) < 0) return -1;
+    return set_int(self, k, n + 1);
+}
+
+/* The changed scalars back into the engine's slots. */
+static int scalars_flush(KernelObject *self) {
+    uint64_t dirty = self->s_dirty;
+    self->s_dirty = 0;
+    while (dirty) {
+        int k = __builtin_ctzll(dirty);
+        dirty &= dirty - 1;
+        PyObject *v = (INT_KEYS >> k) & 1 ? PyLong_FromLongLong(self->si[k]) : PyFloat_FromDouble(self->sd[k]);
+        if (slot_set(self->engine, self->koff[k], v) < 0) return -1;
+    }
+    return 0;
+}
+
+/* A batch starts: the scalars are held here until scalars_done. */
+static inline void scalars_begin(KernelObject *self) {
+    self->batch = 1;
+    self->s_loaded = self->s_dirty = 0;
+}
+
+/* A batch returns to Python: the scalars written back and forgotten (Python may change them
+ * before the next call). Keeps `result` and any exception already set. */
+static PyObject *scalars_done(KernelObject *self, PyObject *result) {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    int rc = scalars_flush(self);
+    self->s_loaded = 0;
+    self->batch = 0;
+    if (rc < 0) {
+        Py_XDECREF(result);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        return NULL;
+    }
+    PyErr_Restore(et, ev, tb);
+    return result;
 }
 
 static PyObject *call_method(PyObject *obj, PyObject *name, PyObject **args, size_t nargs) {
@@ -129,6 +227,18 @@ static PyObject *call_method(PyObject *obj, PyObject *name, PyObject **args, siz
     full[0] = obj;
     for (size_t i = 0; i < nargs; i++) full[i + 1] = args[i];
     return PyObject_VectorcallMethod(name, full, (nargs + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* self.engine.<name>(*args): the scalars written back first and read again after (the method
+ * may read and change them). */
+static PyObject *engine_call(KernelObject *self, PyObject *name, PyObject **args, size_t nargs) {
+    if (scalars_flush(self) < 0) return NULL;
+    int batch = self->batch;
+    self->batch = 0; /* should the method enter the kernel again, it reads and writes the slots */
+    PyObject *res = call_method(self->engine, name, args, nargs);
+    self->batch = batch;
+    self->s_loaded = 0;
+    return res;
 }
 
 /* self.engine.<name>(i, x, y[, z]) with floats built here; returns a new reference. */
@@ -141,7 +251,7 @@ static PyObject *callback(KernelObject *self, PyObject *name, Py_ssize_t i, int 
     double vals[3] = {x, y, z};
     for (int k = 0; k < nfloats; k++)
         if (!(args[n++] = PyFloat_FromDouble(vals[k]))) goto done;
-    res = call_method(self->engine, name, args, n);
+    res = engine_call(self, name, args, n);
 done:
     for (size_t k = 0; k < 4; k++) Py_XDECREF(args[k]);
     return res;
@@ -152,7 +262,7 @@ static int activate(KernelObject *self, Py_ssize_t i, int64_t n, double t, doubl
     PyObject *args[4] = {PyLong_FromSsize_t(i), PyLong_FromLongLong(n), PyFloat_FromDouble(t),
                          PyFloat_FromDouble(r_now)};
     PyObject *res = NULL;
-    if (args[0] && args[1] && args[2] && args[3]) res = call_method(self->engine, s_activate, args, 4);
+    if (args[0] && args[1] && args[2] && args[3]) res = engine_call(self, s_activate, args, 4);
     for (int k = 0; k < 4; k++) Py_XDECREF(args[k]);
     if (!res) return -1;
     Py_DECREF(res);
@@ -214,12 +324,11 @@ static int predicted(KernelObject *self, double z) {
     double cal;
     if (get_double(self, K_CAL, &cal) < 0) return -1;
     PyObject *ring = ITEM(K_QRING);
-    PyObject *qn_obj = ITEM(K_QN);
-    if (!ring || !qn_obj) return -1;
+    if (!ring) return -1;
     if (Py_TYPE(ring) != array_type || *((ArrayObject *)ring)->ob_descr != 'd' || Py_SIZE(ring) < 1)
         return PyErr_Format(PyExc_TypeError, "Engine._qring must be a non-empty array('d')"), -1;
-    long long qn = PyLong_AsLongLong(qn_obj);
-    if (qn == -1 && PyErr_Occurred()) return -1;
+    long long qn;
+    if (get_int(self, K_QN, &qn) < 0) return -1;
     double cz = cal * z, p, q, dp;
     if (self->logistic) {
         double u = K4PI * cz;
@@ -238,7 +347,7 @@ static int predicted(KernelObject *self, double z) {
         fisher = dp * dp / q;
     }
     dcol(ring)[qn % Py_SIZE(ring)] = p;
-    if (slot_set(self->engine, self->koff[K_QN], PyLong_FromLongLong(qn + 1)) < 0) return -1;
+    if (set_int(self, K_QN, qn + 1) < 0) return -1;
     if (self->cal_keep != 0.0) { /* a Newton step with the remembered information */
         double info;
         if (get_double(self, K_CAL_INFO, &info) < 0) return -1;
@@ -283,7 +392,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         PyObject **got[2] = {&a_obj, &b_obj};
         for (int side = 0; side < 2; side++) {
             if (*got[side]) continue;
-            PyObject *res = PyObject_CallMethodOneArg(self->engine, s_add, who[side]);
+            PyObject *res = engine_call(self, s_add, &who[side], 1);
             if (!res) return NULL;
             Py_DECREF(res);
             *got[side] = PyDict_GetItemWithError(ids, who[side]); /* borrowed: ids keeps it */
@@ -352,7 +461,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
                 PyObject *rargs[4] = {PyLong_FromSsize_t(a), PyLong_FromSsize_t(b), PyFloat_FromDouble(t),
                                       PyFloat_FromDouble(t - lk)};
                 PyObject *res = NULL;
-                if (rargs[0] && rargs[1] && rargs[2] && rargs[3]) res = call_method(self->engine, s_repeat, rargs, 4);
+                if (rargs[0] && rargs[1] && rargs[2] && rargs[3]) res = engine_call(self, s_repeat, rargs, 4);
                 for (int q = 0; q < 4; q++) Py_XDECREF(rargs[q]);
                 if (!res) return NULL;
                 Py_DECREF(res);
@@ -425,10 +534,8 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
             Py_DECREF(res);
         }
     }
-    PyObject *n_active_obj = ITEM(K_NACTIVE);
-    if (!n_active_obj) return NULL;
-    Py_ssize_t n_active = PyLong_AsSsize_t(n_active_obj);
-    if (n_active == -1 && PyErr_Occurred()) return NULL;
+    long long n_active;
+    if (get_int(self, K_NACTIVE, &n_active) < 0) return NULL;
     Py_ssize_t n_players = PyList_GET_SIZE(names);
     double sum_active, sum_all, sum_sigma_old;
     if (get_double(self, K_SUM_ACTIVE, &sum_active) < 0 || get_double(self, K_SUM_ALL, &sum_all) < 0 ||
@@ -555,7 +662,7 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         }
         Py_ssize_t base = (Py_ssize_t)wslot[i];
         if (!base) { /* the second counted event: the player's ring block, from Python */
-            PyObject *res = PyObject_CallMethodOneArg(self->engine, s_window, players_obj[side]);
+            PyObject *res = engine_call(self, s_window, &players_obj[side], 1);
             if (!res) return NULL;
             base = PyLong_AsSsize_t(res);
             Py_DECREF(res);
@@ -619,8 +726,11 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         double inc = (active_a ? ra_new - ra_old : 0.0) + (active_b ? rb_new - rb_old : 0.0);
         if (set_double(self, K_SUM_ACTIVE, sum_active + inc) < 0) return NULL;
     }
+    /* The ladder index, unless a batch deferred it (Engine.defer_ladder: rebuilt when read). */
+    PyObject *ladder_ok = ITEM(K_LADDER_OK);
+    if (!ladder_ok) return NULL;
     double olds[2] = {ra_old, rb_old}, news[2] = {ra_new, rb_new};
-    for (int side = 0; side < 2; side++)
+    for (int side = 0; side < 2 && ladder_ok == Py_True; side++)
         if (news[side] != olds[side] &&
             ladder_move((LadderObject *)ladder, -olds[side], -news[side], (uint32_t)players[side]) < 0)
             return NULL;
@@ -857,7 +967,7 @@ static int recal_due(KernelObject *self, double t, double next_recal);
  * (seq, t, attacker, victim, server, id) from `start` while the kernel can take them as they
  * come; stops before `stop`, before a record of another shape, one due a recalibration
  * (t >= next_recalibration: Engine.feed's rule) and one the kernel hands back to Python. */
-static PyObject *Kernel_run(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *run_body(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
     if (nargs != 3 || !PyList_Check(args[0])) return PyErr_Format(PyExc_TypeError, "run(records: list, start, stop)");
     PyObject *records = args[0];
@@ -893,16 +1003,19 @@ static PyObject *Kernel_run(KernelObject *self, PyObject *const *args, Py_ssize_
     return Py_BuildValue("(nnn)", k, applied, filtered);
 }
 
+static PyObject *Kernel_run(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    scalars_begin(self);
+    return scalars_done(self, run_body(self, args, nargs));
+}
+
 /* Whether Engine.recalibration_due_before's schedule part holds at t (time reached and, with
  * recalibrate_min_events, enough kills applied since the last one): 1, 0, or -1 with an error.
  * Python then decides the rest (a valid event, the player cap). */
 static int recal_due(KernelObject *self, double t, double next_recal) {
     if (t < next_recal) return 0;
     if (self->recal_min_events <= 0) return 1;
-    PyObject *applied = ITEM(K_APPLIED), *since = ITEM(K_RECAL_APPLIED);
-    if (!applied || !since) return -1;
-    long long a = PyLong_AsLongLong(applied), s = PyLong_AsLongLong(since);
-    if ((a == -1 || s == -1) && PyErr_Occurred()) return -1;
+    long long a, s;
+    if (get_int(self, K_APPLIED, &a) < 0 || get_int(self, K_RECAL_APPLIED, &s) < 0) return -1;
     return a - s >= self->recal_min_events;
 }
 
@@ -932,7 +1045,7 @@ static PyObject *Kernel_feed(KernelObject *self, PyObject *const *args, Py_ssize
 /* Kernel.feed_many(attackers, victims, times, start, stop) -> (next, applied, filtered): Engine.feed
  * over three parallel lists from `start` while each event is the kernel's (Kernel.feed's rule);
  * stops before `stop` and before the first event that needs Python. */
-static PyObject *Kernel_feed_many(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *feed_many_body(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
     if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2]))
         return PyErr_Format(PyExc_TypeError, "feed_many(attackers: list, victims: list, times: list, start, stop)");
@@ -968,6 +1081,11 @@ static PyObject *Kernel_feed_many(KernelObject *self, PyObject *const *args, Py_
     return Py_BuildValue("(nnn)", k, applied, filtered);
 }
 
+static PyObject *Kernel_feed_many(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    scalars_begin(self);
+    return scalars_done(self, feed_many_body(self, args, nargs));
+}
+
 /* ADRModel.predict(a, b): Engine.predict for two tracked players (the same expressions:
  * D = theta + lambda * (sum_sigma / n), then the calibrated link), 0.5 otherwise. */
 static int predict_names(KernelObject *self, PyObject *ids, PyObject *a_name, PyObject *b_name, double *out) {
@@ -1001,7 +1119,7 @@ static int predict_names(KernelObject *self, PyObject *ids, PyObject *a_name, Py
  * Stops before an event to learn with a recalibration due or a time that is not a float
  * (pending 0: nothing done for it), or after predicting one that apply hands back (pending 1:
  * Python feeds it). */
-static PyObject *Kernel_score_many(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *score_many_body(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
     if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2]))
         return PyErr_Format(PyExc_TypeError, "score_many(attackers, victims, times, learn, out, start, stop)");
@@ -1075,6 +1193,11 @@ done:
     PyBuffer_Release(&learn);
     PyBuffer_Release(&out);
     return result;
+}
+
+static PyObject *Kernel_score_many(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    scalars_begin(self);
+    return scalars_done(self, score_many_body(self, args, nargs));
 }
 
 static PyMethodDef Kernel_methods[] = {

@@ -533,7 +533,7 @@ PyMODINIT_FUNC PyInit__ladder(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (kernel_register(m) < 0 || sessions_register(m) < 0) {
+    if (kernel_register(m) < 0 || sessions_register(m) < 0 || jsonl_register(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

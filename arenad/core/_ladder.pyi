@@ -53,3 +53,15 @@ def tally(
     tolerance: float,
 ) -> tuple[int, float]:
     """The kill and death counts of arenad/sessions.py (arenad/core/_sessions.c)."""
+
+def scan_kills(
+    data: bytes,
+    pos: int,
+    attackers: list[str],
+    victims: list[str],
+    times: list[float],
+    limit: int,
+    safe: int,
+    max_line: int,
+    /,
+) -> tuple[int, int]: ...

@@ -1,5 +1,6 @@
-/* Shared between the two halves of arenad.core._ladder: the ladder index (_ladder.c) and the
- * ADR update kernel (_kernel.c), which re-keys players in the ladder without a Python call. */
+/* Shared between the parts of arenad.core._ladder: the ladder index (_ladder.c), the ADR update
+ * kernel (_kernel.c), which re-keys players in the ladder without a Python call, and the batch
+ * replay's JSON-lines scanner (_jsonl.c). */
 #ifndef ARENAD_NATIVE_H
 #define ARENAD_NATIVE_H
 #define PY_SSIZE_T_CLEAN
@@ -35,5 +36,8 @@ int kernel_register(PyObject *module);
 
 /* Adds tally(), the per-kill count of arenad/sessions.py, to the module (_sessions.c). */
 int sessions_register(PyObject *module);
+
+/* Adds scan_kills, the JSON-lines scanner of the batch replay (_jsonl.c), to the module. */
+int jsonl_register(PyObject *module);
 
 #endif

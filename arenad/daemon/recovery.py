@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,27 @@ def recover(
     # them has none: they start at its sequence number).
     models.import_state(models_state)
     records, truncations = store.journal.replay_after(state.seq)
+    # Nothing reads a rank before the tail is replayed: each ladder index is rebuilt once at
+    # the end instead of re-keyed per event (Engine.defer_ladder; scopes created meanwhile
+    # keep theirs).
+    deferred = list(state.scopes.engines.values())
+    for engine in deferred:
+        engine.defer_ladder()
+    try:
+        report.replayed += _replay_tail(state, records, models, clock.now())
+    finally:
+        for engine in deferred:
+            engine.keep_ladder()
+    report.truncated_bytes = sum(truncations)
+    if report.truncated_bytes:
+        log.warning("journal_tail_truncated", bytes=report.truncated_bytes)
+    state.checkpoint_seq = report.checkpoint_seq
+    return report
+
+
+def _replay_tail(state: LiveState, records: Iterable[JournalRecord], models: ModelSet, now: float) -> int:
+    """The journal after the checkpoint through the live step's applier, checking that no
+    sequence number is missing; the ids are remembered at ``now``. Returns how many."""
     # The hot loop of a restart (a million records take seconds): the journal's records go
     # through the same applier as live events, a chunk at a time, the shadows after each.
     applier = daemon_applier(state.scopes, models)
@@ -82,7 +104,6 @@ def recover(
         models.run(chunk)  # the shadows after the primary, as in the live step
 
     chunk: list[JournalRecord | None] = []
-    now = clock.now()
     last = state.seq
     replayed = 0
     remember = state.intake.remember
@@ -104,12 +125,7 @@ def recover(
         replayed += 1
     apply(chunk)
     state.seq = last
-    report.replayed += replayed
-    report.truncated_bytes = sum(truncations)
-    if report.truncated_bytes:
-        log.warning("journal_tail_truncated", bytes=report.truncated_bytes)
-    state.checkpoint_seq = report.checkpoint_seq
-    return report
+    return replayed
 
 
 def save_sessions(scopes: ScopeSet, ratings: RatingHistory | None) -> OSError | None:

@@ -74,6 +74,7 @@ def walk_forward_adr(
     cols = stream if isinstance(stream, Columns) else columns(stream)
     n = cols.events
     engine = Engine(params)
+    engine.defer_ladder()  # predictions read ratings, never ranks
     index = np.arange(n, dtype=np.int64)
     held = (index // block) % test_every == test_every - 1
     learn = (~held).astype(np.uint8).tobytes()

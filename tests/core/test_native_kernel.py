@@ -16,6 +16,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -321,3 +322,119 @@ def test_the_kernel_refuses_what_the_table_does_not_declare(change: str) -> None
     word = {"drop_column": "_sigma", "retype_column": "_n", "drop_attribute": "_cal"}[change]
     with pytest.raises(TypeError, match=word):
         Other(native=True)
+
+
+deferred_events = st.lists(
+    st.tuples(
+        st.sampled_from(["kill"] * 12 + ["reset", "roundtrip", "placement", "read", "defer", "sweep"]),
+        st.integers(0, 9),
+        st.integers(0, 9),
+        st.sampled_from([0.0, 0.5, 1.0, 3.0, 61.0, -1.0, -30.0, 900.0, 0.03 * DAY, 2.0 * DAY])
+        | st.floats(-6.0, 400.0, allow_nan=False),
+    ),
+    min_size=1,
+    max_size=220,
+)
+
+
+def _ranks(engine: Engine) -> tuple[list[int], list[int], list[float]]:
+    return (
+        list(engine.ladder_ids()),
+        [engine.rank(i) for i in range(len(engine))],
+        [engine.percentile(i) for i in range(len(engine))],
+    )
+
+
+#: Bounds so tight that the anchor's shift pushes ratings out of them at most recalibrations: the
+#: clamp reads the ladder's ends (a deferred index is rebuilt for it).
+CLAMP_SET: dict[str, Any] = {
+    "mu_max": 1050.0, "mu_min": 1000.0, "delta_max": 30.0, "n_active": 1, "p_min": 2,
+    "recalibrate_interval": 10.0,
+}  # fmt: skip
+
+
+@needs_kernel
+@pytest.mark.parametrize("overrides", [*ALL_SETS, CLAMP_SET], ids=[*ALL_IDS, "clamps"])
+@settings(max_examples=40, deadline=None)
+@given(stream=deferred_events)
+def test_a_deferred_ladder_changes_nothing(overrides: dict[str, Any], stream: list[Event]) -> None:
+    """``Engine.defer_ladder`` (batch replay, tuning): with the index deferred, in the kernel and in
+    Python, every read in between (which rebuilds it) and the final state, ranks and ladder
+    order are those of an engine that kept its index in step event by event."""
+    params = ADRParams(**overrides)
+    ref = Engine(params, native=True)
+    deferred = [Engine(params, native=True), Engine(params, native=False)]
+    for engine in deferred:
+        engine.defer_ladder()
+    t = 1_700_000_000.0
+    for op, a, b, dt in stream:
+        everyone = [ref, *deferred]
+        if op == "reset":
+            for engine in everyone:
+                engine.season_reset(1.5, 0.3)
+        elif op == "roundtrip":
+            ref = Engine.from_state(ref.export_state(), params, native=True)
+            deferred = [Engine.from_state(e.export_state(), params, native=e.native) for e in deferred]
+            for engine in deferred:
+                engine.defer_ladder()
+        elif op == "placement":
+            match = ((f"p{a}",), (f"p{(a + 1 + b % 2) % 10}", f"p{(a + 4) % 10}"), (f"p{(a + 7) % 10}",))
+            for engine in everyone:
+                engine.apply_placement(match, t)
+        elif op == "read" and len(ref):
+            want = (ref.top(3), ref.around(a % len(ref), 2))
+            for engine in deferred:
+                assert (engine.top(3), engine.around(a % len(engine), 2)) == want
+        elif op == "defer":
+            deferred[a % 2].defer_ladder()
+        elif op == "sweep":
+            for engine in everyone:
+                engine.sweep(t)
+        else:
+            t += dt
+            outs = [engine.feed(f"p{a}", f"p{b}", t) for engine in everyone]
+            assert outs[1] is outs[0] and outs[2] is outs[0]
+    for engine in deferred:
+        assert_same(engine, ref)
+        assert _ranks(engine) == _ranks(ref)
+
+
+@needs_kernel
+@pytest.mark.parametrize("overrides", ALL_SETS, ids=ALL_IDS)
+@settings(max_examples=30, deadline=None)
+@given(stream=events, chunk=st.integers(1, 60))
+def test_batches_equal_feeding_one_by_one(overrides: dict[str, Any], stream: list[Event], chunk: int) -> None:
+    """``feed_many`` and ``score_many`` (the kernel holds the engine's scalars through a batch and
+    writes them back before any Python method and at its end) leave the Python path's state,
+    last changes and predictions, bit for bit, under every parameter set."""
+    params = ADRParams(**overrides)
+    many = Engine(params, native=True)
+    scored = Engine(params, native=True)
+    single = Engine(params, native=False)
+    t = 1_700_000_000.0
+    kills = []
+    for op, a, b, dt in stream:
+        t += dt
+        if op == "kill":
+            kills.append((f"p{a}", f"p{b}", t))
+    attackers = [k[0] for k in kills]
+    victims = [k[1] for k in kills]
+    times = [k[2] for k in kills]
+    learn = bytes(1 for _ in kills)
+    want_p = []
+    for name_a, name_v, at in kills:
+        i, j = single.ids.get(name_a), single.ids.get(name_v)
+        want_p.append(0.5 if i is None or j is None else single.predict(i, j))
+        single.feed(name_a, name_v, at)
+    got_p = np.zeros(len(kills))
+    for k in range(0, len(kills), chunk):
+        stop = min(k + chunk, len(kills))
+        many.feed_many(attackers[k:stop], victims[k:stop], times[k:stop])
+        scored.score_many(attackers, victims, times, learn, got_p, start=k, stop=stop)
+    for engine in (many, scored):
+        assert_same(engine, single)
+        assert (engine.last_delta_attacker, engine.last_delta_victim) == (
+            single.last_delta_attacker,
+            single.last_delta_victim,
+        )
+    assert canonical(got_p.tolist()) == canonical(want_p)

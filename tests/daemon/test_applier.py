@@ -202,6 +202,12 @@ def four_drivers(
     assert (r.seq, r.applied, r.placements, r.excluded) == (d.seq, d.applied, d.placements, d.excluded)
     assert (r.filtered, r.rejected) == (d.filtered, d.rejected)
     out["recovery"] = canon(r.scopes.export_state())
+    # Recovery defers the ladder indexes during the tail (Engine.defer_ladder) and rebuilds them
+    # at its end: the same ladders as kept live, already in step.
+    assert set(r.scopes.engines) == set(d.scopes.engines)
+    for key, engine in r.scopes.engines.items():
+        assert engine._ladder_ok
+        assert list(engine._ladder) == list(d.scopes.engines[key].ladder_ids())
     rebuilt = rebuild_from_history(state, params, config, rules, upto=len(records))
     assert rebuilt.records == len(records) and rebuilt.seq == len(records)
     out["rebuild"] = canon(rebuilt.scopes.export_state())
