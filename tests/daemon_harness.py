@@ -47,6 +47,8 @@ class DaemonProcess:
         if self.config is not None:
             args += ["--config", str(self.config)]
         args += ["--udp", udp, "--query", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--log-format", "json"]
+        if "--web" not in self.extra:  # the HTTP port on a free port too (its default is 8080)
+            args += ["--web", "127.0.0.1:0"]
         if mqtt is not None:
             args += ["--mqtt", mqtt]
         args += self.extra

@@ -180,9 +180,25 @@ class QueryHandler:
             raise _RequestError(f"scope {_show(scope)}: {e.args[0] if e.args else e}") from None
         return live.engines[key]
 
+    def _hidden(self) -> Callable[[str], bool] | None:
+        """Who is left out of ``top`` and ``around`` and answered as unknown (admin ``hide``,
+        bots under ``[gates] bots = "hidden"``); None when nobody is, the common case."""
+        live = self._engine()
+        if isinstance(live, Engine) or not (live.hidden or live.config.gates.bots == "hidden"):
+            return None
+        return live.is_hidden
+
+    def _visible(self, eng: Engine, req: dict[str, Any], key: str, *, say_field: bool = False) -> int:
+        """``_player``, and a hidden player is as unknown as one never seen (docs/operations.md)."""
+        i = _player(eng, req, key, say_field=say_field)
+        hidden = self._hidden()
+        if hidden is not None and hidden(eng.names[i]):
+            raise _RequestError(f"unknown player {req[key]!r}" + (f" (field {key!r})" if say_field else ""))
+        return i
+
     # -- operations ------------------------------------------------------------------------
     def _get(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
-        i = _player(eng, req, "player")
+        i = self._visible(eng, req, "player")
         return player_body(eng, i, self.settings.display_k, req.get("scope", "global"))
 
     def _top(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
@@ -191,6 +207,28 @@ class QueryHandler:
         active_only = req.get("active_only", False)
         if not isinstance(active_only, bool):
             raise _RequestError(f"field 'active_only' must be true or false, got {_kind(active_only)}")
+        hidden = self._hidden()
+        if hidden is not None:
+            # Hidden players are stepped over like inactive ones; ranks stay the ladder's own.
+            names = eng.names
+            keep: Callable[[int], bool] = (
+                (lambda i: eng.is_active(i) and not hidden(names[i]))
+                if active_only
+                else (lambda i: not hidden(names[i]))
+            )
+            ids, truncated = walk_ladder(eng, keep, offset, n)
+            out: dict[str, Any] = {
+                "n": n,
+                "offset": offset,
+                "total": len(eng),
+                "players": self._rows(eng, ids),
+            }
+            if active_only:
+                out["total"] = eng.active_count
+                out["active_only"] = True
+            if truncated:
+                out["truncated"] = True
+            return out
         if not active_only:
             return {
                 "n": n,
@@ -201,16 +239,19 @@ class QueryHandler:
         # Inactive players (outside the §2.3 active set) are hidden: walk the ladder from the top,
         # skipping them; ranks stay the ladder's own.
         ids, truncated = walk_ladder(eng, eng.is_active, offset, n)
-        out: dict[str, Any] = {"n": n, "offset": offset, "total": eng.active_count, "active_only": True}
+        out = {"n": n, "offset": offset, "total": eng.active_count, "active_only": True}
         out["players"] = self._rows(eng, ids)
         if truncated:
             out["truncated"] = True
         return out
 
     def _around(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
-        i = _player(eng, req, "player")
+        i = self._visible(eng, req, "player")
         n = _int(req, "n", 1, self.settings.max_top)
         ids = eng.around(i, n)
+        hidden = self._hidden()
+        if hidden is not None:  # the window without them (it may hold fewer than asked)
+            ids = [j for j in ids if not hidden(eng.names[j])]
         return {
             "player": eng.names[i],
             "n": n,
@@ -224,8 +265,8 @@ class QueryHandler:
         return tiers_body(eng)
 
     def _predict(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:
-        a = _player(eng, req, "a", say_field=True)
-        b = _player(eng, req, "b", say_field=True)
+        a = self._visible(eng, req, "a", say_field=True)
+        b = self._visible(eng, req, "b", say_field=True)
         return {"a": eng.names[a], "b": eng.names[b], "p": eng.predict(a, b)}  # §3.1
 
     def _stats_op(self, eng: Engine, req: dict[str, Any]) -> dict[str, Any]:

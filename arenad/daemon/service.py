@@ -66,10 +66,12 @@ from arenad.daemon.sources.ports import (
 from arenad.daemon.state import RecoveryReport
 from arenad.daemon.statedir import StateDir
 from arenad.daemon.types import Batch, ControlRequest, MetricsSnapshot
+from arenad.daemon.webroom import Status, WebMetrics, web_ports
 from arenad.errors import ArenadError
 from arenad.ingame.service import InGame
 from arenad.scopes import Exclusions, Rule, ScopeSet
 from arenad.settings import Settings
+from arenad.web.server import WebHandle, start_web
 
 __all__ = ["Daemon", "offline_recompute", "run_daemon"]
 
@@ -160,6 +162,16 @@ class Daemon:
             faults=self.faults,
             ratings=self.ratings,
         )
+        # The HTTP API and pages ([web]): handed ports over the live state, counted here.
+        self.web_metrics = WebMetrics(self.metrics.registry)
+        self.web_status = Status(
+            self.state,
+            [src.name for src in self.sources],
+            self.pipeline.last_event,
+            self.clock.now,
+            lambda: {"queue_depth": self.queue.qsize(), "ready": self.ready},
+        )
+        self.web: WebHandle | None = None
         self.bound: dict[str, Any] = {}  # actual listening addresses, for logs and tests
         self.query_handler: QueryHandler | None = None  # set once the query server starts
         self._query_servers: list[asyncio.Server] = []
@@ -367,6 +379,12 @@ class Daemon:
             for srv in qservers:
                 name = srv.sockets[0].getsockname()
                 self.bound.setdefault("query", name[:2] if isinstance(name, tuple) else name)
+            self.web = await start_web(
+                s.web, web_ports(self.state, self.ratings, self.web_status), observe=self.web_metrics.observe
+            )
+            if self.web.address is not None:
+                web_host, _, web_port = self.web.address.rpartition(":")
+                self.bound["web"] = (web_host.strip("[]"), int(web_port))
             for source in self.sources:
                 self.bound.update(await source.open(ctx))
             servers.extend(await self._start_admin())
@@ -404,6 +422,8 @@ class Daemon:
             return 0
         finally:
             self.ready = False
+            if self.web is not None:
+                await self.web.close()
             await self.recomputer.cancel()  # recompute.json stays: it runs again at the next start
             for source in self.sources:
                 source.close()
