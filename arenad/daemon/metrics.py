@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import structlog
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from arenad.core.params import TIER_NAMES
@@ -363,6 +364,41 @@ class _SnapshotCollector:
         yield from _families(snap)
 
 
+#: Buckets of arenad_web_request_seconds: the targets are 2 ms (API) and 5 ms (pages).
+WEB_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class WebMetrics:
+    """``arenad_web_requests_total{route,status}`` and ``arenad_web_request_seconds{route}``;
+    the routes are the server's bounded labels, the children looked up once each."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "arenad_web_requests",
+            "HTTP requests answered, by route and status.",
+            labelnames=["route", "status"],
+            registry=registry,
+        )
+        self.seconds = Histogram(
+            "arenad_web_request_seconds",
+            "Time to answer one HTTP request (handler and framing), by route.",
+            labelnames=["route"],
+            buckets=WEB_BUCKETS,
+            registry=registry,
+        )
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def observe(self, route: str, status: int, seconds: float) -> None:
+        pair = self._children.get((route, status))
+        if pair is None:
+            pair = self._children[(route, status)] = (
+                self.requests.labels(route=route, status=str(status)),
+                self.seconds.labels(route=route),
+            )
+        pair[0].inc()
+        pair[1].observe(seconds)
+
+
 class Metrics:
     """The daemon's registry: latency histograms plus the scrape-time state collector."""
 
@@ -410,6 +446,7 @@ class Metrics:
             buckets=CHECKPOINT_BUCKETS,
             registry=self.registry,
         )
+        self.web = WebMetrics(self.registry)  # the HTTP API and pages ([web])
         self.registry.register(_SnapshotCollector(snapshot))
 
     def exposition(self) -> bytes:

@@ -66,7 +66,7 @@ from arenad.daemon.sources.ports import (
 from arenad.daemon.state import RecoveryReport
 from arenad.daemon.statedir import StateDir
 from arenad.daemon.types import Batch, ControlRequest, MetricsSnapshot
-from arenad.daemon.webroom import Status, WebMetrics, web_ports
+from arenad.daemon.webroom import Status, web_ports
 from arenad.errors import ArenadError
 from arenad.ingame.service import InGame
 from arenad.scopes import Exclusions, Rule, ScopeSet
@@ -163,7 +163,6 @@ class Daemon:
             ratings=self.ratings,
         )
         # The HTTP API and pages ([web]): handed ports over the live state, counted here.
-        self.web_metrics = WebMetrics(self.metrics.registry)
         self.web_status = Status(
             self.state,
             [src.name for src in self.sources],
@@ -380,7 +379,7 @@ class Daemon:
                 name = srv.sockets[0].getsockname()
                 self.bound.setdefault("query", name[:2] if isinstance(name, tuple) else name)
             self.web = await start_web(
-                s.web, web_ports(self.state, self.ratings, self.web_status), observe=self.web_metrics.observe
+                s.web, web_ports(self.state, self.ratings, self.web_status), observe=self.metrics.web.observe
             )
             if self.web.address is not None:
                 web_host, _, web_port = self.web.address.rpartition(":")

@@ -2,7 +2,7 @@
 
 ``arenad.web`` reads the daemon only through the ports of ``arenad/web/port.py``; this module
 builds them from the rooms (the live ``ScopeSet``, the rating history, the sources' figures)
-and counts the requests for Prometheus. Everything here runs on the event loop thread, between
+and hands the requests to ``metrics.WebMetrics``. Everything here runs on the event loop thread, between
 engine slices: each call is an indexed lookup or a small sum, never a walk of the ladder.
 """
 
@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-
 from arenad import __version__
 from arenad.core.params import TIER_NAMES
 from arenad.daemon.live import LiveState
@@ -23,9 +21,6 @@ from arenad.daemon.ratinghistory import RatingHistory
 from arenad.gates import is_bot
 from arenad.scopes import ScopeSet
 from arenad.web.port import HistoryPoint, Session, WebPorts
-
-#: Buckets of arenad_web_request_seconds: the targets are 2 ms (API) and 5 ms (pages).
-WEB_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
 class HiddenPlayers:
@@ -126,37 +121,6 @@ class Status:
             "uptime": round(mono - self._started, 1),
             **self._extra(),
         }
-
-
-class WebMetrics:
-    """``arenad_web_requests_total{route,status}`` and ``arenad_web_request_seconds{route}``;
-    the routes are the server's bounded labels, the children looked up once each."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            "arenad_web_requests",
-            "HTTP requests answered, by route and status.",
-            labelnames=["route", "status"],
-            registry=registry,
-        )
-        self.seconds = Histogram(
-            "arenad_web_request_seconds",
-            "Time to answer one HTTP request (handler and framing), by route.",
-            labelnames=["route"],
-            buckets=WEB_BUCKETS,
-            registry=registry,
-        )
-        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
-
-    def observe(self, route: str, status: int, seconds: float) -> None:
-        pair = self._children.get((route, status))
-        if pair is None:
-            pair = self._children[(route, status)] = (
-                self.requests.labels(route=route, status=str(status)),
-                self.seconds.labels(route=route),
-            )
-        pair[0].inc()
-        pair[1].observe(seconds)
 
 
 def web_ports(

@@ -505,6 +505,7 @@ def live_exposition() -> str:
     metrics = Metrics(full_snapshot)
     metrics.query_seconds.labels(op="rank").observe(1e-4)  # a labelled histogram has no series before
     metrics.model_update_seconds.labels(model="adr").observe(1e-5)
+    metrics.web.observe("api.player", 200, 1e-4)
     return scrape(metrics)
 
 
