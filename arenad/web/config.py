@@ -41,6 +41,9 @@ class WebSettings(Section):
     max_header_bytes: Annotated[int, Field(ge=1024, le=65536)] = 8190  # request line and each header
     trusted_proxies: Array[Network] = ()  # X-Forwarded-For is read only from these networks
     page_size: Annotated[int, Field(ge=10, le=500)] = 50  # leaderboard rows per page
+    # At most this share of the event loop (shared with the engine and ingest) goes to answering
+    # HTTP, measured over 0.1 s windows; beyond it requests wait. 1.0: no limit (docs/web.md).
+    loop_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.3
 
     @property
     def enabled(self) -> bool:

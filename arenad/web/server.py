@@ -68,6 +68,10 @@ def _trusted(address: str, trusted: tuple[Any, ...]) -> bool:
     return any(ip in net for net in trusted)
 
 
+#: The window over which the web's share of the event loop is measured (``[web] loop_share``).
+_BUDGET_WINDOW = 0.1
+
+
 @dataclass(slots=True)
 class _Shared:
     """What every connection of one server shares."""
@@ -78,6 +82,25 @@ class _Shared:
     observe: Observe | None
     open: set[_HttpConnection] = field(default_factory=set)
     active: int = 0
+    # The loop-share budget: seconds spent answering in the current window, and when it ends.
+    used: float = 0.0
+    window_end: float = 0.0
+
+    def budget_wait(self, now: float) -> float:
+        """0 when the web may answer now; else the seconds until its share of the loop is back.
+
+        The engine task, the sources and the query port share one event loop with the web: a
+        burst of HTTP requests (2,000/s of 1 ms each is two cores' worth) would otherwise
+        starve ingest. Beyond ``loop_share`` of each window the connections stop reading; the
+        requests wait in their sockets, and the rest of the window is the engine's."""
+        if now >= self.window_end:
+            self.window_end = now + _BUDGET_WINDOW
+            self.used = 0.0
+            return 0.0
+        share = self.settings.loop_share
+        if share >= 1.0 or self.used < share * _BUDGET_WINDOW:
+            return 0.0
+        return self.window_end - now
 
 
 class _HttpConnection(asyncio.Protocol):
@@ -164,6 +187,14 @@ class _HttpConnection(asyncio.Protocol):
             while self._transport is not None and not self._transport.is_closing():
                 if self._write_paused:
                     return
+                wait = self._shared.budget_wait(self._loop.time())
+                if wait > 0.0:
+                    # The web's share of the loop is spent: the rest of the window is the
+                    # engine's; read nothing more until then.
+                    self._transport.pause_reading()
+                    self._scheduled = True
+                    self._loop.call_later(wait, self._work)
+                    return
                 if self._loop.time() - start > _SLICE:
                     # Pipelined requests must not hold the loop (and so the engine task) for
                     # longer than a slice: the rest waits for the next turn, and nothing more is
@@ -235,7 +266,9 @@ class _HttpConnection(asyncio.Protocol):
         out.append(_SERVER)
         out.append(("Content-Length", str(len(resp.body))))
         self._write(resp.status, out, resp.body)
-        self._deadline = self._loop.time() + shared.settings.idle_timeout
+        now = self._loop.time()
+        self._deadline = now + shared.settings.idle_timeout
+        shared.used += now - started  # this answer's part of the web's share of the loop
         if shared.observe is not None:
             try:
                 shared.observe(resp.route, resp.status, self._loop.time() - started)

@@ -180,3 +180,22 @@ class TestHttp11:
             while chunk := s.recv(65536):
                 data += chunk
         assert data.split(b" ", 2)[1] == b"200"
+
+
+def test_the_web_keeps_to_its_share_of_the_loop() -> None:
+    """Past ``loop_share`` of a 0.1 s window the connections wait for the next window."""
+    from arenad.web.config import WebSettings
+    from arenad.web.server import _BUDGET_WINDOW, _Shared
+
+    shared = _Shared(app=None, settings=WebSettings(loop_share=0.2), trusted=(), observe=None)  # type: ignore[arg-type]
+    assert shared.budget_wait(10.0) == 0.0  # a new window
+    shared.used = 0.019
+    assert shared.budget_wait(10.03) == 0.0
+    shared.used = 0.021  # over 0.2 x 0.1 s
+    assert shared.budget_wait(10.05) == pytest.approx(10.0 + _BUDGET_WINDOW - 10.05)
+    assert shared.budget_wait(10.0 + _BUDGET_WINDOW) == 0.0  # the next window starts afresh
+    assert shared.used == 0.0
+    unlimited = _Shared(app=None, settings=WebSettings(loop_share=1.0), trusted=(), observe=None)  # type: ignore[arg-type]
+    unlimited.budget_wait(1.0)
+    unlimited.used = 5.0
+    assert unlimited.budget_wait(1.05) == 0.0
