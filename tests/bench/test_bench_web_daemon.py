@@ -1,0 +1,60 @@
+"""`python -m bench.web_daemon` stays runnable: a real daemon, tiny sizes, every figure reported.
+
+Speed is measured by the benchmark itself, never asserted here (the tiny run's verdict says
+"n/a (small run)").
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.web_daemon import HTTP_KINDS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ARGS = ["--players", "5000", "--seconds", "2", "--ingest", "2000", "--rps", "100"]
+
+
+def test_web_daemon_benchmark_tiny() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.web_daemon", *ARGS, "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| target | measured | met? |" in proc.stdout and "n/a (small run)" in proc.stdout
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["players"] == report["daemon_players_end"] == 5000
+    assert "HLstatsX" in proc.stdout
+
+    phases = report["phases"]
+    for name in ("ingest_idle", "ingest_max_idle", "web", "query"):
+        assert phases[name]["events_per_s"] > 0, name
+        assert phases[name]["sent_by_sender"] > 0, name
+
+    web = phases["web"]
+    load = web["load"]
+    assert load["error_count"] == 0, load["errors"]
+    assert set(load["latency"]) == set(HTTP_KINDS) == set(load["latency_from_due"])
+    assert all(s["n"] > 0 and 0 < s["p50_ms"] <= s["p99_ms"] for s in load["latency"].values())
+    # Every request answered 200, as the client saw it and as the daemon counted it.
+    assert load["statuses"] == {"200": load["sent"]}
+    assert web["server_statuses"] == {"200": load["sent"]}
+    assert {
+        "/api/v1/players/{player}",
+        "/api/v1/players",
+        "/api/v1/leaderboard",
+        "/players/{player}",
+        "/api/v1/players/{player}/history",
+    } <= set(web["server"])
+
+    ref = phases["query"]["load"]
+    assert ref["error_count"] == 0 and set(ref["latency"]) == {"query get", "query top 100"}
+    assert ref["statuses"] == {"200": ref["sent"]}
+
+    v = report["verdict"]
+    assert v["at_size"] is False
+    for key in ("api_p99_ms_worst", "page_p99_ms", "ingest_idle_max_per_s", "ingest_with_web_ratio"):
+        assert v[key] is not None and v[key] > 0, key
