@@ -82,8 +82,12 @@ class Sessions:
         self.after = array("f")
         self.servers: list[str | None] = [None]
         self.codes: dict[str | None, int] = {None: 0}
-        #: Open sessions: player index -> [server code, start time, last event time].
-        self.open: dict[int, list[float]] = {}
+        #: Per player: whether a session is open, and on which server (its code).
+        self.is_open = bytearray()
+        self.open_server = array("H")
+        #: The open sessions' start times by player index (a session's end is its player's last
+        #: event, read from the engine's activity ring when it closes).
+        self.open: dict[int, float] = {}
         #: Closed and not yet written to the store (the daemon drains it at checkpoints).
         self.closed: list[Session] = []
         self.last_tick = -math.inf
@@ -98,6 +102,8 @@ class Sessions:
             self.deaths.frombytes(zeros)
             self.server.frombytes(bytes(2 * short))
             self.after.extend([math.nan] * short)
+            self.is_open.extend(bytes(short))
+            self.open_server.frombytes(bytes(2 * short))
 
     def code(self, server: str | None) -> int:
         """The server's code, assigned on first sight (0 once MAX_SERVERS are known)."""
@@ -171,50 +177,53 @@ class Sessions:
     # ------------------------------------------------------------------ ticks
     def tick(self, eng: Engine, t: float, seq: int) -> None:
         """Open sessions for players with new events, close those idle for ``gap`` (or moved to
-        another server). ``t``: the event time of the tick; ``seq``: its journal position."""
+        another server). ``t``: the event time of the tick; ``seq``: its journal position.
+
+        Vectorised over the players with events in an open session (numpy): a player who goes
+        on playing on the same server costs no Python work here; only a session that opens or
+        closes does."""
         players = len(eng.names)
         self._grow(players)
         kills = np.frombuffer(self.kills, dtype=np.uint32)[:players]
         deaths = np.frombuffer(self.deaths, dtype=np.uint32)[:players]
-        busy = np.flatnonzero((kills | deaths) != 0)
+        busy = np.flatnonzero((kills | deaths) != 0)  # every open session is among them
         if busy.size:
             na = eng.params.n_active
             n = np.frombuffer(eng._n, dtype=np.int64)[busy]
             ring = np.frombuffer(eng._aring, dtype=np.float64)
             # The newest slot of the activity ring: the time of the player's last counted event.
-            last = ring[busy * na + (np.maximum(n, 1) - 1) % na].tolist()
-            prev = self.last_tick
-            for i, last_t in zip(busy.tolist(), last, strict=True):
-                s = self.open.get(i)
-                c = self.server[i]
-                if s is not None and s[0] != c:
-                    # Moved to another server: the session ends here, with what the player did
-                    # since the last tick (a boundary is resolved to a tick); the next events
-                    # open the next one.
-                    self._close(eng, i, s, seq)
-                    continue
-                if s is None:
-                    # The start: its oldest event since the last tick that the ring still holds.
-                    block = ring[i * na : (i + 1) * na]
-                    newer = block[block > prev]
-                    start = float(newer.min()) if newer.size else last_t
-                    self.open[i] = [c, min(start, last_t), last_t]
-                else:
-                    s[2] = max(s[2], last_t)
-        # In player order, whatever order the sessions opened in (a restored state has its own).
-        for i in sorted(i for i, s in self.open.items() if t - s[2] > self.gap):
-            self._close(eng, i, self.open[i], seq)
+            last = ring[busy * na + (np.maximum(n, 1) - 1) % na]
+            is_open = np.frombuffer(self.is_open, dtype=np.uint8)[busy] != 0
+            server = np.frombuffer(self.server, dtype=np.uint16)[busy]
+            moved = is_open & (np.frombuffer(self.open_server, dtype=np.uint16)[busy] != server)
+            idle = is_open & ~moved & (t - last > self.gap)
+            new = ~is_open
+            if new.any():
+                # The start: its oldest event since the last tick that the ring still holds.
+                blocks = ring[: players * na].reshape(players, na)[busy[new]]
+                newer = np.where(blocks > self.last_tick, blocks, np.inf).min(axis=1)
+                starts = np.minimum(np.where(np.isfinite(newer), newer, last[new]), last[new])
+                for i, start, code in zip(
+                    busy[new].tolist(), starts.tolist(), server[new].tolist(), strict=True
+                ):
+                    self.open[i] = start
+                    self.is_open[i] = 1
+                    self.open_server[i] = code
+            # Moved to another server: the session ends here, with what the player did since the
+            # last tick (a boundary is resolved to a tick); the next events open the next one.
+            for i in busy[moved | idle].tolist():  # in player order
+                self._close(eng, i, seq)
         self.last_tick = t
 
-    def _close(self, eng: Engine, i: int, s: list[float], seq: int) -> None:
+    def _close(self, eng: Engine, i: int, seq: int) -> None:
         before = self.after[i]
         mu = eng.mu(i)
         self.closed.append(
             Session(
                 player=eng.names[i],
-                server=self.servers[int(s[0])],
-                t_start=s[1],
-                t_end=s[2],
+                server=self.servers[self.open_server[i]],
+                t_start=self.open.pop(i),
+                t_end=_last_event(eng, i),
                 kills=self.kills[i],
                 deaths=self.deaths[i],
                 rating_before=eng.params.mu0 if math.isnan(before) else float(before),
@@ -227,19 +236,19 @@ class Sessions:
         self.after[i] = mu
         self.kills[i] = 0
         self.deaths[i] = 0
-        del self.open[i]
+        self.is_open[i] = 0
 
     def current(self, eng: Engine, i: int) -> Session | None:
         """Player ``i``'s session in progress (as far as the last tally), or None."""
         if i >= len(self.kills) or not (self.kills[i] or self.deaths[i]):
             return None
-        s = self.open.get(i)
+        start = self.open.get(i)
         before = self.after[i]
         last = _last_event(eng, i)
         return Session(
             player=eng.names[i],
-            server=self.servers[int(s[0]) if s is not None else self.server[i]],
-            t_start=s[1] if s is not None else last,
+            server=self.servers[self.open_server[i] if start is not None else self.server[i]],
+            t_start=start if start is not None else last,
             t_end=last,
             kills=self.kills[i],
             deaths=self.deaths[i],
@@ -263,7 +272,7 @@ class Sessions:
             "server": self.server.tobytes(),
             "after": self.after.tobytes(),
             "servers": list(self.servers),
-            "open": [[i, *s] for i, s in sorted(self.open.items())],
+            "open": [[i, self.open_server[i], start] for i, start in sorted(self.open.items())],
             "closed": [_session_row(s) for s in self.closed],
             "last_tick": self.last_tick,
             "clock": self.clock,
@@ -280,7 +289,12 @@ class Sessions:
             raise ValueError("session columns of different lengths")
         out.servers = list(state["servers"])
         out.codes = {s: k for k, s in enumerate(out.servers)}
-        out.open = {int(row[0]): [float(row[1]), float(row[2]), float(row[3])] for row in state["open"]}
+        out.is_open = bytearray(n)
+        out.open_server = array("H", bytes(2 * n))
+        for i, code, start in state["open"]:
+            out.open[int(i)] = float(start)
+            out.is_open[int(i)] = 1
+            out.open_server[int(i)] = int(code)
         out.closed = [Session(*row) for row in state["closed"]]
         out.last_tick = float(state["last_tick"])
         return out
