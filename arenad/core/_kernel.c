@@ -56,7 +56,7 @@ static const char *const key_names[NKEYS] = {
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
 static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_activate, *s_tiers, *s_window;
-static PyObject *s_next_recal, *s_repeat, *s_add;
+static PyObject *s_next_recal, *s_repeat, *s_add, *s_n0, *s_offset, *s_ladder_add;
 static PyTypeObject *array_type;
 static PyObject *deque_type;
 static PyObject *fsum_fn;
@@ -86,6 +86,8 @@ typedef struct {
     Py_ssize_t koff[NKEYS];
     Py_ssize_t coff[NCOLS];
     Py_ssize_t off_next_recal;
+    Py_ssize_t off_n0, off_offset; /* Engine._n0 and Engine.offset: read by add_player only */
+    double mu0, sigma0;            /* ADRParams.mu0 / sigma0 (the params are frozen) */
     char ccode[NCOLS]; /* the type codes Engine.KERNEL_COLUMNS declares */
     PyObject *applied_obj, *filtered_obj;
     /* ADRParams as derived by engine.kernel_constants, read by name from Engine._kc. */
@@ -562,6 +564,93 @@ static int predicted(KernelObject *self, double z) {
     return 0;
 }
 
+/* Room for `n` more items in an array.array, as array_resize (Modules/arraymodule.c) grows it:
+ * the same allocation, so memory use does not depend on which path added the player. */
+static int array_grow(PyObject *o, Py_ssize_t n, Py_ssize_t itemsize) {
+    ArrayObject *a = (ArrayObject *)o;
+    Py_ssize_t size = Py_SIZE(a), newsize = size + n;
+    if (a->allocated >= newsize && a->ob_item != NULL) return 0;
+    Py_ssize_t alloc = (newsize >> 4) + (size < 8 ? 3 : 7) + newsize;
+    if (alloc > PY_SSIZE_T_MAX / itemsize) return PyErr_NoMemory(), -1;
+    char *items = PyMem_Realloc(a->ob_item, (size_t)(alloc * itemsize));
+    if (!items) return PyErr_NoMemory(), -1;
+    a->ob_item = items;
+    a->allocated = alloc;
+    return 0;
+}
+
+/* Engine._add_player(name) in C: the same columns, lists, dict entries, ladder entry and sums,
+ * in the same state. 1 when added, 0 when Python's _add_player must do it (a season's _n0
+ * column, an exported buffer on a column), -1 with an error (nothing changed). */
+static int add_player(KernelObject *self, PyObject *name) {
+    PyObject *n0 = slot_at(self->engine, self->off_n0, s_n0);
+    PyObject *names = ITEM(K_NAMES), *ids = ITEM(K_IDS), *tier = ITEM(K_TIER), *active = ITEM(K_ACTIVE);
+    PyObject *off_obj = slot_at(self->engine, self->off_offset, s_offset);
+    PyObject *ladder_ok = ITEM(K_LADDER_OK);
+    if (!n0 || !names || !ids || !tier || !active || !off_obj || !ladder_ok) return -1;
+    if (n0 != Py_None || !PyList_CheckExact(names) || !PyDict_CheckExact(ids) || !PyByteArray_CheckExact(tier) ||
+        !PyByteArray_CheckExact(active) || !PyFloat_CheckExact(off_obj) || !PyBool_Check(ladder_ok))
+        return 0;
+    PyObject *col[NCOLS];
+    for (int c = 0; c < NCOLS; c++) {
+        PyObject *o = slot_at(self->engine, self->coff[c], col_keys[c]);
+        if (!o) return -1;
+        if (Py_TYPE(o) != array_type || *((ArrayObject *)o)->ob_descr != col_code[c] || ((ArrayObject *)o)->ob_exports)
+            return 0;
+        col[c] = o;
+    }
+    Py_ssize_t i = PyList_GET_SIZE(names);
+    double r0 = self->mu0 - PyFloat_AS_DOUBLE(off_obj);
+    double sum_all, sum_sigma;
+    if (get_double(self, K_SUM_ALL, &sum_all) < 0 || get_double(self, K_SUM_SIGMA, &sum_sigma) < 0) return -1;
+    /* everything that can fail, first */
+    for (int c = 0; c < NCOLS; c++) {
+        if (c == C_WRING) continue;
+        if (array_grow(col[c], c == C_ARING ? self->n_act : 1, c == C_WSLOT ? 4 : 8) < 0) return -1;
+    }
+    PyObject *id = PyLong_FromSsize_t(i);
+    if (!id) return -1;
+    if (PyList_Append(names, name) < 0) return Py_DECREF(id), -1;
+    if (PyDict_SetItem(ids, name, id) < 0) {
+        Py_DECREF(id);
+        PyList_SetSlice(names, i, i + 1, NULL);
+        return -1;
+    }
+    Py_DECREF(id);
+    for (int c = 0; c < NCOLS; c++) {
+        if (c == C_WRING) continue;
+        ArrayObject *a = (ArrayObject *)col[c];
+        Py_ssize_t at = Py_SIZE(a);
+        if (c == C_ARING) {
+            memset(a->ob_item + at * 8, 0, (size_t)self->n_act * 8);
+            Py_SET_SIZE(a, at + self->n_act);
+            continue;
+        }
+        if (c == C_WSLOT) ((uint32_t *)a->ob_item)[at] = 0;
+        else if (col_code[c] == 'd') ((double *)a->ob_item)[at] =
+            c == C_R ? r0 : c == C_SIGMA ? self->sigma0 : c == C_LAST ? -INFINITY : c == C_DISP ? r0 - DISPLAY_K * self->sigma0 : 0.0;
+        else ((int64_t *)a->ob_item)[at] = 0;
+        Py_SET_SIZE(a, at + 1);
+    }
+    Py_ssize_t nt = PyByteArray_GET_SIZE(tier), nact = PyByteArray_GET_SIZE(active);
+    if (PyByteArray_Resize(tier, nt + 1) < 0 || PyByteArray_Resize(active, nact + 1) < 0) return -1;
+    PyByteArray_AS_STRING(tier)[nt] = 0;
+    PyByteArray_AS_STRING(active)[nact] = 0;
+    if (ladder_ok == Py_True) {
+        PyObject *ladder = ITEM(K_LADDER);
+        if (!ladder) return -1;
+        PyObject *args[2] = {PyFloat_FromDouble(-r0), PyLong_FromSsize_t(i)};
+        PyObject *res = args[0] && args[1] ? call_method(ladder, s_ladder_add, args, 2) : NULL;
+        Py_XDECREF(args[0]);
+        Py_XDECREF(args[1]);
+        if (!res) return -1;
+        Py_DECREF(res);
+    }
+    if (set_double(self, K_SUM_ALL, sum_all + r0) < 0 || set_double(self, K_SUM_SIGMA, sum_sigma + self->sigma0) < 0)
+        return -1;
+    return 1;
+}
+
 /* Kernel.apply(attacker, victim, t) -> Outcome.APPLIED | Outcome.FILTERED | None (Python path). */
 static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) return PyErr_Format(PyExc_TypeError, "apply(attacker, victim, t)");
@@ -594,9 +683,13 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         PyObject **got[2] = {&a_obj, &b_obj};
         for (int side = 0; side < 2; side++) {
             if (*got[side]) continue;
-            PyObject *res = engine_call(self, s_add, &who[side], 1);
-            if (!res) return NULL;
-            Py_DECREF(res);
+            int added = add_player(self, who[side]);
+            if (added < 0) return NULL;
+            if (!added) {
+                PyObject *res = engine_call(self, s_add, &who[side], 1);
+                if (!res) return NULL;
+                Py_DECREF(res);
+            }
             *got[side] = PyDict_GetItemWithError(ids, who[side]); /* borrowed: ids keeps it */
             if (!*got[side]) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_KeyError, "player not added");
         }
@@ -1065,6 +1158,19 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     for (int c = 0; c < NCOLS; c++)
         if ((self->coff[c] = slot_offset(engine, col_keys[c])) < 0) return -1;
     if ((self->off_next_recal = slot_offset(engine, s_next_recal)) < 0) return -1;
+    if ((self->off_n0 = slot_offset(engine, s_n0)) < 0 || (self->off_offset = slot_offset(engine, s_offset)) < 0)
+        return -1;
+    {
+        PyObject *params = PyObject_GetAttrString(engine, "params");
+        if (!params) return -1;
+        PyObject *mu0 = PyObject_GetAttrString(params, "mu0"), *sigma0 = PyObject_GetAttrString(params, "sigma0");
+        Py_DECREF(params);
+        self->mu0 = mu0 ? PyFloat_AsDouble(mu0) : -1.0;
+        self->sigma0 = sigma0 ? PyFloat_AsDouble(sigma0) : -1.0;
+        Py_XDECREF(mu0);
+        Py_XDECREF(sigma0);
+        if (PyErr_Occurred()) return -1;
+    }
     for (int c = 0; c < NCOLS; c++) {
         PyObject *o = slot_at(engine, self->coff[c], col_keys[c]);
         if (!o) return -1;
@@ -1448,7 +1554,8 @@ int kernel_register(PyObject *module) {
         !(s_window = PyUnicode_InternFromString("_new_window")) ||
         !(s_next_recal = PyUnicode_InternFromString("next_recalibration")) ||
         !(s_repeat = PyUnicode_InternFromString("_repeat")) ||
-        !(s_add = PyUnicode_InternFromString("_add_player")))
+        !(s_add = PyUnicode_InternFromString("_add_player")) || !(s_n0 = PyUnicode_InternFromString("_n0")) ||
+        !(s_offset = PyUnicode_InternFromString("offset")) || !(s_ladder_add = PyUnicode_InternFromString("add")))
         return -1;
     PyObject *array_mod = PyImport_ImportModule("array");
     if (!array_mod) return -1;

@@ -506,3 +506,34 @@ def test_the_kernel_holds_the_cooldown_between_events() -> None:
     assert list(cooldown.values()) == [1.0] and list(log) == [(1.0, 1)]
     assert eng.feed("a", "b", 3.0) is Outcome.FILTERED
     assert eng._cooldown is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("deferred", [False, True])
+def test_newcomers_join_in_c_as_add_player_adds_them(deferred: bool) -> None:
+    """The kernel appends a newcomer's columns itself (Engine._add_player's Python path only for a
+    season's _n0 column or an exported column buffer): the same names, ids, columns (lengths
+    included), tier and activity bytes, ladder and sums as the Python path, with the ladder kept
+    and deferred, and across a season reset (Python's _add_player adds from then on)."""
+    params = ADRParams(**PARAM_SETS[1])
+    native = Engine(params, native=True)
+    py = Engine(params, native=False)
+    if deferred:
+        native.defer_ladder()
+        py.defer_ladder()
+    rng = random.Random(5)
+    t = 1_700_000_000.0
+    for k in range(3000):
+        t += rng.choice([0.0, 0.5, 3.0, 90.0])
+        a, b = f"n{rng.randrange(k + 2)}", f"n{rng.randrange(k + 2)}"
+        if k == 1500:
+            native.season_reset(1.5, 0.3)
+            py.season_reset(1.5, 0.3)
+        assert native.feed(a, b, t) is py.feed(a, b, t)
+    assert native.names == py.names
+    assert native.ids == py.ids
+    for attr in Engine.KERNEL_COLUMNS:
+        assert getattr(native, attr).tobytes() == getattr(py, attr).tobytes(), attr
+    assert native._tier == py._tier and native._active == py._active
+    assert list(native._index()) == list(py._index())
+    assert_same(native, py)
