@@ -4,12 +4,15 @@
  * exactly the steps of arenad/core/engine.py `Engine._apply_py` (the reference): the same
  * operations on the same doubles in the same order, so its results are bit-identical
  * (tests/core/test_native_kernel.py compares whole engine states after random streams, and every
- * golden-vector and replay test runs on it). It keeps no state of its own: every column, sum
- * and counter stays in the Engine object, read from its __slots__ on each call, so the rest of
- * the engine (recalibration, sweeps, season resets, export and import) is unchanged Python.
+ * golden-vector and replay test runs on it). Every column, sum and counter stays in the Engine
+ * object, read from its __slots__ on each call, so the rest of the engine (recalibration,
+ * sweeps, season resets, export and import) is unchanged Python. The one state it holds itself
+ * is the §2.1 cooldown (cd_*): adopted from Engine._cooldown / _cooldown_log at its next event
+ * (both slots None while it holds them) and given back by Kernel.cooldown_release whenever
+ * Python reads them (Engine._cooldown_py: _apply_py, export_state).
  *
  * It handles only what is common; it returns None *before changing anything* when an event
- * needs the Python path: a newcomer (player cap, new columns), a self-kill, a non-finite or
+ * needs the Python path: a newcomer beyond the player cap, a self-kill, a non-finite or
  * too-late time, or a time that is not a float. The rare steps inside an update call back into
  * the Engine's own Python methods: §2.3 expiry and activation, §8.2/§8.3 pooling, §6.1
  * placement and §6.4 accumulators beyond the inline common case, and the window's exact re-sum.

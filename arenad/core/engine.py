@@ -476,8 +476,9 @@ class Engine:
             native = _Kernel is not None
         elif native and _Kernel is None:
             raise RuntimeError("the C update kernel was not built (docs/performance.md)")
-        # The kernel reads and writes this object's own columns and sums (it keeps no state), so
-        # the two paths can alternate event by event: newcomers and rejects always take Python's.
+        # The kernel reads and writes this object's own columns and sums (its one state of its own,
+        # the cooldown, goes back to Python whenever Python reads it: _cooldown_py), so
+        # the two paths can alternate event by event: rejects always take Python's.
         kernel = _Kernel(self, _APPLIED, _FILTERED) if native and _Kernel is not None else None
         self._kernel = kernel
         self._native = None if kernel is None else kernel.apply
