@@ -4,12 +4,15 @@
  * exactly the steps of arenad/core/engine.py `Engine._apply_py` (the reference): the same
  * operations on the same doubles in the same order, so its results are bit-identical
  * (tests/core/test_native_kernel.py compares whole engine states after random streams, and every
- * golden-vector and replay test runs on it). It keeps no state of its own: every column, sum
- * and counter stays in the Engine object, read from its __slots__ on each call, so the rest of
- * the engine (recalibration, sweeps, season resets, export and import) is unchanged Python.
+ * golden-vector and replay test runs on it). Every column, sum and counter stays in the Engine
+ * object, read from its __slots__ on each call, so the rest of the engine (recalibration,
+ * sweeps, season resets, export and import) is unchanged Python. The one state it holds itself
+ * is the §2.1 cooldown (cd_*): adopted from Engine._cooldown / _cooldown_log at its next event
+ * (both slots None while it holds them) and given back by Kernel.cooldown_release whenever
+ * Python reads them (Engine._cooldown_py: _apply_py, export_state).
  *
  * It handles only what is common; it returns None *before changing anything* when an event
- * needs the Python path: a newcomer (player cap, new columns), a self-kill, a non-finite or
+ * needs the Python path: a newcomer beyond the player cap, a self-kill, a non-finite or
  * too-late time, or a time that is not a float. The rare steps inside an update call back into
  * the Engine's own Python methods: §2.3 expiry and activation, §8.2/§8.3 pooling, §6.1
  * placement and §6.4 accumulators beyond the inline common case, and the window's exact re-sum.
@@ -56,8 +59,9 @@ static const char *const key_names[NKEYS] = {
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
 static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_activate, *s_tiers, *s_window;
-static PyObject *s_next_recal, *s_repeat, *s_add;
+static PyObject *s_next_recal, *s_repeat, *s_add, *s_n0, *s_offset, *s_ladder_add;
 static PyTypeObject *array_type;
+static PyObject *deque_type;
 static PyObject *fsum_fn;
 
 #define TIER_COUNT 15
@@ -67,6 +71,16 @@ static PyObject *fsum_fn;
 #define CAL_MIN 0.125
 #define CAL_MAX 8.0
 
+#define CD_EMPTY UINT64_MAX /* no pair: ids are below 2**32 - 1 */
+typedef struct {
+    uint64_t key, seq;
+    double t;
+} CdSlot;
+typedef struct {
+    double t;
+    uint64_t pair;
+} CdLog;
+
 typedef struct {
     PyObject_HEAD
     PyObject *engine;
@@ -75,6 +89,8 @@ typedef struct {
     Py_ssize_t koff[NKEYS];
     Py_ssize_t coff[NCOLS];
     Py_ssize_t off_next_recal;
+    Py_ssize_t off_n0, off_offset; /* Engine._n0 and Engine.offset: read by add_player only */
+    double mu0, sigma0;            /* ADRParams.mu0 / sigma0 (the params are frozen) */
     char ccode[NCOLS]; /* the type codes Engine.KERNEL_COLUMNS declares */
     PyObject *applied_obj, *filtered_obj;
     /* ADRParams as derived by engine.kernel_constants, read by name from Engine._kc. */
@@ -95,6 +111,17 @@ typedef struct {
     long long si[NKEYS];
     uint64_t s_loaded, s_dirty;
     int batch;
+    /* The §2.1 cooldown while the kernel owns it (the engine's _cooldown slot is None then; see
+     * cd_adopt and Kernel.cooldown_release): an open-addressing table (linear probing, backward-
+     * shift deletion) of pair -> time of the last counted kill, each entry with the sequence
+     * number of its insertion so that the dict's iteration order is kept, and a ring of
+     * (time, pair) in time order: exactly Engine._apply_py's dict and deque. */
+    CdSlot *cd_tab;
+    size_t cd_cap, cd_n; /* cd_cap: a power of two, 0 before the first adoption */
+    int cd_bits;
+    uint64_t cd_seq;
+    CdLog *cd_log;
+    size_t cd_lcap, cd_lhead, cd_llen; /* cd_lcap: a power of two */
 } KernelObject;
 
 /* The scalars that are Python ints (the others are floats). */
@@ -269,44 +296,224 @@ static int activate(KernelObject *self, Py_ssize_t i, int64_t n, double t, doubl
     return 0;
 }
 
-/* The §2.1 cooldown log: forget pairs whose last counted kill left the window, at most four per
- * event (Engine._apply_py). */
-static int trim_cooldown(PyObject *cooldown, PyObject *log, double horizon) {
-    for (int step = 0; step < 4; step++) {
-        if (PyObject_Length(log) <= 0) {
-            if (PyErr_Occurred()) return -1;
-            break;
-        }
-        PyObject *head = PySequence_GetItem(log, 0);
-        if (!head) return -1;
-        if (!PyTuple_Check(head) || PyTuple_GET_SIZE(head) != 2) {
-            Py_DECREF(head);
-            PyErr_SetString(PyExc_TypeError, "cooldown log entries must be (time, pair)");
-            return -1;
-        }
-        double head_t = PyFloat_AsDouble(PyTuple_GET_ITEM(head, 0));
-        Py_DECREF(head);
-        if (head_t == -1.0 && PyErr_Occurred()) return -1;
-        if (head_t > horizon) break;
-        PyObject *old = call_method(log, s_popleft, NULL, 0);
-        if (!old) return -1;
-        PyObject *old_t = PyTuple_GET_ITEM(old, 0);
-        PyObject *old_pair = PyTuple_GET_ITEM(old, 1);
-        PyObject *cur = PyDict_GetItemWithError(cooldown, old_pair);
-        if (!cur && PyErr_Occurred()) {
-            Py_DECREF(old);
-            return -1;
-        }
-        if (cur) {
-            int same = PyObject_RichCompareBool(cur, old_t, Py_EQ);
-            if (same < 0 || (same && PyDict_DelItem(cooldown, old_pair) < 0)) {
-                Py_DECREF(old);
-                return -1;
-            }
-        }
-        Py_DECREF(old);
+/* ---- the §2.1 cooldown in C ---- */
+static inline size_t cd_home(const KernelObject *self, uint64_t key) {
+    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> (64 - self->cd_bits));
+}
+
+static inline CdSlot *cd_find(KernelObject *self, uint64_t key) {
+    if (!self->cd_n) return NULL;
+    size_t mask = self->cd_cap - 1;
+    for (size_t i = cd_home(self, key);; i = (i + 1) & mask) {
+        CdSlot *s = &self->cd_tab[i];
+        if (s->key == key) return s;
+        if (s->key == CD_EMPTY) return NULL;
+    }
+}
+
+/* Puts an entry into a table with room (no growth, key absent). */
+static inline void cd_place(KernelObject *self, uint64_t key, uint64_t seq, double t) {
+    size_t mask = self->cd_cap - 1, i = cd_home(self, key);
+    while (self->cd_tab[i].key != CD_EMPTY) i = (i + 1) & mask;
+    self->cd_tab[i].key = key;
+    self->cd_tab[i].seq = seq;
+    self->cd_tab[i].t = t;
+    self->cd_n++;
+}
+
+/* A table of 2**bits slots holding the current entries; -1 with MemoryError. */
+static int cd_resize(KernelObject *self, int bits) {
+    size_t cap = (size_t)1 << bits;
+    CdSlot *tab = PyMem_Malloc(cap * sizeof(CdSlot));
+    if (!tab) return PyErr_NoMemory(), -1;
+    for (size_t i = 0; i < cap; i++) tab[i].key = CD_EMPTY;
+    CdSlot *old = self->cd_tab;
+    size_t old_cap = self->cd_cap;
+    self->cd_tab = tab;
+    self->cd_cap = cap;
+    self->cd_bits = bits;
+    self->cd_n = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].key != CD_EMPTY) cd_place(self, old[i].key, old[i].seq, old[i].t);
+    PyMem_Free(old);
+    return 0;
+}
+
+/* Room for one more table entry and one more log entry (at most half the table in use), so
+ * that the event's cooldown step cannot fail once it has started. */
+static int cd_reserve(KernelObject *self) {
+    if ((self->cd_n + 1) * 2 > self->cd_cap && cd_resize(self, self->cd_cap ? self->cd_bits + 1 : 10) < 0) return -1;
+    if (self->cd_llen == self->cd_lcap) {
+        size_t cap = self->cd_lcap ? self->cd_lcap * 2 : 1024;
+        CdLog *log = PyMem_Malloc(cap * sizeof(CdLog));
+        if (!log) return PyErr_NoMemory(), -1;
+        for (size_t k = 0; k < self->cd_llen; k++) log[k] = self->cd_log[(self->cd_lhead + k) & (self->cd_lcap - 1)];
+        PyMem_Free(self->cd_log);
+        self->cd_log = log;
+        self->cd_lcap = cap;
+        self->cd_lhead = 0;
     }
     return 0;
+}
+
+/* cooldown[key] = t (an existing key keeps its place in the order) and log.append((t, key));
+ * cd_reserve first. */
+static inline void cd_count(KernelObject *self, uint64_t key, double t) {
+    CdSlot *s = cd_find(self, key);
+    if (s) s->t = t;
+    else cd_place(self, key, self->cd_seq++, t);
+    self->cd_log[(self->cd_lhead + self->cd_llen++) & (self->cd_lcap - 1)] = (CdLog){t, key};
+}
+
+/* del cooldown[key] for the entry at s: backward-shift deletion. */
+static void cd_delete(KernelObject *self, CdSlot *s) {
+    size_t mask = self->cd_cap - 1, i = (size_t)(s - self->cd_tab);
+    for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+        CdSlot *e = &self->cd_tab[j];
+        if (e->key == CD_EMPTY) break;
+        size_t h = cd_home(self, e->key);
+        /* e may move to the hole at i when its home is not cyclically in (i, j] */
+        if (((j - h) & mask) >= ((j - i) & mask)) {
+            self->cd_tab[i] = *e;
+            i = j;
+        }
+    }
+    self->cd_tab[i].key = CD_EMPTY;
+    self->cd_n--;
+}
+
+/* The §2.1 cooldown log: forget pairs whose last counted kill left the window, at most four per
+ * event (Engine._apply_py). */
+static inline void cd_trim(KernelObject *self, double horizon) {
+    for (int step = 0; step < 4 && self->cd_llen; step++) {
+        CdLog old = self->cd_log[self->cd_lhead];
+        if (old.t > horizon) break;
+        self->cd_lhead = (self->cd_lhead + 1) & (self->cd_lcap - 1);
+        self->cd_llen--;
+        CdSlot *s = cd_find(self, old.pair);
+        if (s && s->t == old.t) cd_delete(self, s);
+    }
+}
+
+static void cd_empty(KernelObject *self) {
+    for (size_t i = 0; i < self->cd_cap; i++) self->cd_tab[i].key = CD_EMPTY;
+    self->cd_n = 0;
+    self->cd_seq = 0;
+    self->cd_lhead = self->cd_llen = 0;
+}
+
+static int cd_key(PyObject *o, uint64_t *out) {
+    unsigned long long k = PyLong_Check(o) ? PyLong_AsUnsignedLongLong(o) : (unsigned long long)-1;
+    if (k == (unsigned long long)-1) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "cooldown pairs must be ints below 2**64 - 1");
+        return -1;
+    }
+    *out = k;
+    return 0;
+}
+
+/* The engine's _cooldown dict and _cooldown_log deque into the C table (Python changed them
+ * since the kernel last owned the cooldown, or never gave them to it), then both slots None:
+ * the kernel owns the cooldown until Kernel.cooldown_release. */
+static int cd_adopt(KernelObject *self, PyObject *cooldown) {
+    PyObject *log = ITEM(K_LOG);
+    if (!log) return -1;
+    if (!PyDict_CheckExact(cooldown) || Py_TYPE(log) != (PyTypeObject *)deque_type)
+        return PyErr_Format(PyExc_TypeError, "Engine._cooldown must be a dict and _cooldown_log a deque"), -1;
+    cd_empty(self);
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(cooldown, &pos, &k, &v)) {
+        uint64_t key;
+        if (cd_key(k, &key) < 0) return -1;
+        double t = PyFloat_AsDouble(v);
+        if (t == -1.0 && PyErr_Occurred()) return -1;
+        if (cd_reserve(self) < 0) return -1;
+        cd_place(self, key, self->cd_seq++, t);
+    }
+    PyObject *it = PyObject_GetIter(log);
+    if (!it) return -1;
+    PyObject *e;
+    while ((e = PyIter_Next(it))) {
+        uint64_t key;
+        double t = -1.0;
+        int bad = !PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2;
+        if (bad) PyErr_SetString(PyExc_TypeError, "cooldown log entries must be (time, pair)");
+        else if ((t = PyFloat_AsDouble(PyTuple_GET_ITEM(e, 0))) == -1.0 && PyErr_Occurred()) bad = 1;
+        else if (cd_key(PyTuple_GET_ITEM(e, 1), &key) < 0 || cd_reserve(self) < 0) bad = 1;
+        Py_DECREF(e);
+        if (bad) {
+            Py_DECREF(it);
+            cd_empty(self);
+            return -1;
+        }
+        self->cd_log[(self->cd_lhead + self->cd_llen++) & (self->cd_lcap - 1)] = (CdLog){t, key};
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return cd_empty(self), -1;
+    if (cd_reserve(self) < 0) return -1;
+    Py_INCREF(Py_None);
+    Py_INCREF(Py_None);
+    slot_set(self->engine, self->koff[K_COOLDOWN], Py_None);
+    slot_set(self->engine, self->koff[K_LOG], Py_None);
+    return 0;
+}
+
+/* The kernel owns the cooldown (adopting it first when Python holds it); room for one event. */
+static inline int cd_ensure(KernelObject *self) {
+    PyObject *cooldown = ITEM(K_COOLDOWN);
+    if (!cooldown) return -1;
+    if (cooldown != Py_None) return cd_adopt(self, cooldown);
+    return cd_reserve(self);
+}
+
+static int seq_order(const void *x, const void *y) {
+    uint64_t a = (*(const CdSlot *const *)x)->seq, b = (*(const CdSlot *const *)y)->seq;
+    return a < b ? -1 : a > b;
+}
+
+/* Kernel.cooldown_release(): the cooldown back to Python as the engine's _cooldown dict (in
+ * the insertion order Python's dict would have) and _cooldown_log deque; the kernel adopts
+ * them again at its next event. Nothing to do when Python holds them. */
+static PyObject *Kernel_cooldown_release(KernelObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "Kernel is not bound to an engine");
+    PyObject *cur = ITEM(K_COOLDOWN);
+    if (!cur) return NULL;
+    if (cur != Py_None) Py_RETURN_NONE;
+    CdSlot **order = PyMem_Malloc((self->cd_n ? self->cd_n : 1) * sizeof(CdSlot *));
+    if (!order) return PyErr_NoMemory();
+    size_t n = 0;
+    for (size_t i = 0; i < self->cd_cap; i++)
+        if (self->cd_tab[i].key != CD_EMPTY) order[n++] = &self->cd_tab[i];
+    qsort(order, n, sizeof(CdSlot *), seq_order);
+    PyObject *dict = PyDict_New(), *items = PyList_New((Py_ssize_t)self->cd_llen), *log = NULL;
+    if (!dict || !items) goto fail;
+    for (size_t k = 0; k < n; k++) {
+        PyObject *key = PyLong_FromUnsignedLongLong(order[k]->key), *t = PyFloat_FromDouble(order[k]->t);
+        int rc = key && t ? PyDict_SetItem(dict, key, t) : -1;
+        Py_XDECREF(key);
+        Py_XDECREF(t);
+        if (rc < 0) goto fail;
+    }
+    for (size_t k = 0; k < self->cd_llen; k++) {
+        CdLog e = self->cd_log[(self->cd_lhead + k) & (self->cd_lcap - 1)];
+        PyObject *tup = Py_BuildValue("(dK)", e.t, (unsigned long long)e.pair);
+        if (!tup) goto fail;
+        PyList_SET_ITEM(items, (Py_ssize_t)k, tup);
+    }
+    log = PyObject_CallOneArg(deque_type, items);
+    if (!log) goto fail;
+    Py_DECREF(items);
+    PyMem_Free(order);
+    slot_set(self->engine, self->koff[K_COOLDOWN], dict);
+    slot_set(self->engine, self->koff[K_LOG], log);
+    cd_empty(self);
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(order);
+    Py_XDECREF(dict);
+    Py_XDECREF(items);
+    return NULL;
 }
 
 /* §3.1 P from z = (r_a - r_b) / D: engine.link_p. */
@@ -360,6 +567,93 @@ static int predicted(KernelObject *self, double z) {
     return 0;
 }
 
+/* Room for `n` more items in an array.array, as array_resize (Modules/arraymodule.c) grows it:
+ * the same allocation, so memory use does not depend on which path added the player. */
+static int array_grow(PyObject *o, Py_ssize_t n, Py_ssize_t itemsize) {
+    ArrayObject *a = (ArrayObject *)o;
+    Py_ssize_t size = Py_SIZE(a), newsize = size + n;
+    if (a->allocated >= newsize && a->ob_item != NULL) return 0;
+    Py_ssize_t alloc = (newsize >> 4) + (size < 8 ? 3 : 7) + newsize;
+    if (alloc > PY_SSIZE_T_MAX / itemsize) return PyErr_NoMemory(), -1;
+    char *items = PyMem_Realloc(a->ob_item, (size_t)(alloc * itemsize));
+    if (!items) return PyErr_NoMemory(), -1;
+    a->ob_item = items;
+    a->allocated = alloc;
+    return 0;
+}
+
+/* Engine._add_player(name) in C: the same columns, lists, dict entries, ladder entry and sums,
+ * in the same state. 1 when added, 0 when Python's _add_player must do it (a season's _n0
+ * column, an exported buffer on a column), -1 with an error (nothing changed). */
+static int add_player(KernelObject *self, PyObject *name) {
+    PyObject *n0 = slot_at(self->engine, self->off_n0, s_n0);
+    PyObject *names = ITEM(K_NAMES), *ids = ITEM(K_IDS), *tier = ITEM(K_TIER), *active = ITEM(K_ACTIVE);
+    PyObject *off_obj = slot_at(self->engine, self->off_offset, s_offset);
+    PyObject *ladder_ok = ITEM(K_LADDER_OK);
+    if (!n0 || !names || !ids || !tier || !active || !off_obj || !ladder_ok) return -1;
+    if (n0 != Py_None || !PyList_CheckExact(names) || !PyDict_CheckExact(ids) || !PyByteArray_CheckExact(tier) ||
+        !PyByteArray_CheckExact(active) || !PyFloat_CheckExact(off_obj) || !PyBool_Check(ladder_ok))
+        return 0;
+    PyObject *col[NCOLS];
+    for (int c = 0; c < NCOLS; c++) {
+        PyObject *o = slot_at(self->engine, self->coff[c], col_keys[c]);
+        if (!o) return -1;
+        if (Py_TYPE(o) != array_type || *((ArrayObject *)o)->ob_descr != col_code[c] || ((ArrayObject *)o)->ob_exports)
+            return 0;
+        col[c] = o;
+    }
+    Py_ssize_t i = PyList_GET_SIZE(names);
+    double r0 = self->mu0 - PyFloat_AS_DOUBLE(off_obj);
+    double sum_all, sum_sigma;
+    if (get_double(self, K_SUM_ALL, &sum_all) < 0 || get_double(self, K_SUM_SIGMA, &sum_sigma) < 0) return -1;
+    /* everything that can fail, first */
+    for (int c = 0; c < NCOLS; c++) {
+        if (c == C_WRING) continue;
+        if (array_grow(col[c], c == C_ARING ? self->n_act : 1, c == C_WSLOT ? 4 : 8) < 0) return -1;
+    }
+    PyObject *id = PyLong_FromSsize_t(i);
+    if (!id) return -1;
+    if (PyList_Append(names, name) < 0) return Py_DECREF(id), -1;
+    if (PyDict_SetItem(ids, name, id) < 0) {
+        Py_DECREF(id);
+        PyList_SetSlice(names, i, i + 1, NULL);
+        return -1;
+    }
+    Py_DECREF(id);
+    for (int c = 0; c < NCOLS; c++) {
+        if (c == C_WRING) continue;
+        ArrayObject *a = (ArrayObject *)col[c];
+        Py_ssize_t at = Py_SIZE(a);
+        if (c == C_ARING) {
+            memset(a->ob_item + at * 8, 0, (size_t)self->n_act * 8);
+            Py_SET_SIZE(a, at + self->n_act);
+            continue;
+        }
+        if (c == C_WSLOT) ((uint32_t *)a->ob_item)[at] = 0;
+        else if (col_code[c] == 'd') ((double *)a->ob_item)[at] =
+            c == C_R ? r0 : c == C_SIGMA ? self->sigma0 : c == C_LAST ? -INFINITY : c == C_DISP ? r0 - DISPLAY_K * self->sigma0 : 0.0;
+        else ((int64_t *)a->ob_item)[at] = 0;
+        Py_SET_SIZE(a, at + 1);
+    }
+    Py_ssize_t nt = PyByteArray_GET_SIZE(tier), nact = PyByteArray_GET_SIZE(active);
+    if (PyByteArray_Resize(tier, nt + 1) < 0 || PyByteArray_Resize(active, nact + 1) < 0) return -1;
+    PyByteArray_AS_STRING(tier)[nt] = 0;
+    PyByteArray_AS_STRING(active)[nact] = 0;
+    if (ladder_ok == Py_True) {
+        PyObject *ladder = ITEM(K_LADDER);
+        if (!ladder) return -1;
+        PyObject *args[2] = {PyFloat_FromDouble(-r0), PyLong_FromSsize_t(i)};
+        PyObject *res = args[0] && args[1] ? call_method(ladder, s_ladder_add, args, 2) : NULL;
+        Py_XDECREF(args[0]);
+        Py_XDECREF(args[1]);
+        if (!res) return -1;
+        Py_DECREF(res);
+    }
+    if (set_double(self, K_SUM_ALL, sum_all + r0) < 0 || set_double(self, K_SUM_SIGMA, sum_sigma + self->sigma0) < 0)
+        return -1;
+    return 1;
+}
+
 /* Kernel.apply(attacker, victim, t) -> Outcome.APPLIED | Outcome.FILTERED | None (Python path). */
 static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) return PyErr_Format(PyExc_TypeError, "apply(attacker, victim, t)");
@@ -392,9 +686,13 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
         PyObject **got[2] = {&a_obj, &b_obj};
         for (int side = 0; side < 2; side++) {
             if (*got[side]) continue;
-            PyObject *res = engine_call(self, s_add, &who[side], 1);
-            if (!res) return NULL;
-            Py_DECREF(res);
+            int added = add_player(self, who[side]);
+            if (added < 0) return NULL;
+            if (!added) {
+                PyObject *res = engine_call(self, s_add, &who[side], 1);
+                if (!res) return NULL;
+                Py_DECREF(res);
+            }
             *got[side] = PyDict_GetItemWithError(ids, who[side]); /* borrowed: ids keeps it */
             if (!*got[side]) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_KeyError, "player not added");
         }
@@ -425,19 +723,18 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     PyObject *bounds = ITEM(K_BOUNDS);
     PyObject *names = ITEM(K_NAMES);
     PyObject *ladder = ITEM(K_LADDER);
-    PyObject *cooldown = ITEM(K_COOLDOWN);
-    PyObject *log = ITEM(K_LOG);
     PyObject *expiry = ITEM(K_EXPIRY);
-    if (!active_obj || !tier_obj || !bounds || !names || !ladder || !cooldown || !log || !expiry) return NULL;
+    if (!active_obj || !tier_obj || !bounds || !names || !ladder || !expiry) return NULL;
     /* The C ladder only: the engine builds a PyLadder where the extension (kernel included) is
      * missing, or ARENAD_NATIVE=0, which turns the kernel off as well. */
     if (!PyByteArray_CheckExact(active_obj) || !PyByteArray_CheckExact(tier_obj) || !PyList_CheckExact(bounds) ||
-        !PyList_CheckExact(names) || !PyDict_CheckExact(cooldown) || !PyList_CheckExact(expiry) ||
+        !PyList_CheckExact(names) || !PyList_CheckExact(expiry) ||
         Py_TYPE(ladder) != &LadderType)
         return PyErr_Format(PyExc_TypeError, "Engine state has an unexpected type");
     if (PyByteArray_GET_SIZE(active_obj) <= hi_id || PyByteArray_GET_SIZE(tier_obj) <= hi_id ||
         PyList_GET_SIZE(bounds) != TIER_COUNT + 1)
         return PyErr_Format(PyExc_IndexError, "Engine tier or activity columns are too short");
+    if (cd_ensure(self) < 0) return NULL;
 
     /* --- from here on the event is valid: the same steps as Engine._apply_py --- */
     if (t < clock) {
@@ -447,15 +744,11 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     }
     if (set_double(self, K_CLOCK, t) < 0) return NULL;
     /* §2.1 cooldown, before anything changes. */
-    PyObject *pair = PyLong_FromUnsignedLongLong(((unsigned long long)a << ID_BITS) | (unsigned long long)b);
-    if (!pair) return NULL;
-    PyObject *last_kill = PyDict_GetItemWithError(cooldown, pair);
-    if (!last_kill && PyErr_Occurred()) goto fail_pair;
+    uint64_t pair = ((uint64_t)a << ID_BITS) | (uint64_t)b;
+    CdSlot *last_kill = cd_find(self, pair);
     if (last_kill) {
-        double lk = PyFloat_AsDouble(last_kill);
-        if (lk == -1.0 && PyErr_Occurred()) goto fail_pair;
+        double lk = last_kill->t;
         if (t - lk < self->t_cooldown) {
-            Py_DECREF(pair);
             /* Engine._repeat: predicted and calibrated on; learnt in Python when repeat_weight > 0. */
             if (self->repeat_w != 0.0) {
                 PyObject *rargs[4] = {PyLong_FromSsize_t(a), PyLong_FromSsize_t(b), PyFloat_FromDouble(t),
@@ -481,20 +774,8 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
             return self->filtered_obj;
         }
     }
-    {
-        PyObject *t_now = PyFloat_FromDouble(t);
-        if (!t_now) goto fail_pair;
-        int rc = PyDict_SetItem(cooldown, pair, t_now);
-        PyObject *entry = rc < 0 ? NULL : PyTuple_Pack(2, t_now, pair);
-        Py_DECREF(t_now);
-        if (!entry) goto fail_pair;
-        PyObject *r = call_method(log, s_append, &entry, 1);
-        Py_DECREF(entry);
-        if (!r) goto fail_pair;
-        Py_DECREF(r);
-    }
-    Py_DECREF(pair);
-    if (trim_cooldown(cooldown, log, t - self->t_cooldown) < 0) return NULL;
+    cd_count(self, pair, t);
+    cd_trim(self, t - self->t_cooldown);
 
     double *r_arr = dcol(col[C_R]), *s_arr = dcol(col[C_SIGMA]), *last_arr = dcol(col[C_LAST]);
     int64_t *n_arr = icol(col[C_N]), *ret = icol(col[C_RET]);
@@ -782,10 +1063,6 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     if (increment(self, K_APPLIED) < 0) return NULL;
     Py_INCREF(self->applied_obj);
     return self->applied_obj;
-
-fail_pair:
-    Py_DECREF(pair);
-    return NULL;
 }
 
 /* The constants the kernel reads from Engine._kc, by name (engine.kernel_constants declares them). */
@@ -884,6 +1161,19 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     for (int c = 0; c < NCOLS; c++)
         if ((self->coff[c] = slot_offset(engine, col_keys[c])) < 0) return -1;
     if ((self->off_next_recal = slot_offset(engine, s_next_recal)) < 0) return -1;
+    if ((self->off_n0 = slot_offset(engine, s_n0)) < 0 || (self->off_offset = slot_offset(engine, s_offset)) < 0)
+        return -1;
+    {
+        PyObject *params = PyObject_GetAttrString(engine, "params");
+        if (!params) return -1;
+        PyObject *mu0 = PyObject_GetAttrString(params, "mu0"), *sigma0 = PyObject_GetAttrString(params, "sigma0");
+        Py_DECREF(params);
+        self->mu0 = mu0 ? PyFloat_AsDouble(mu0) : -1.0;
+        self->sigma0 = sigma0 ? PyFloat_AsDouble(sigma0) : -1.0;
+        Py_XDECREF(mu0);
+        Py_XDECREF(sigma0);
+        if (PyErr_Occurred()) return -1;
+    }
     for (int c = 0; c < NCOLS; c++) {
         PyObject *o = slot_at(engine, self->coff[c], col_keys[c]);
         if (!o) return -1;
@@ -953,6 +1243,8 @@ static int Kernel_clear(KernelObject *self) {
 static void Kernel_dealloc(KernelObject *self) {
     PyObject_GC_UnTrack(self);
     Kernel_clear(self);
+    PyMem_Free(self->cd_tab);
+    PyMem_Free(self->cd_log);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1209,6 +1501,9 @@ static PyMethodDef Kernel_methods[] = {
      "score_many(attackers, victims, times, learn, out, start, stop) -> (next, pending)."},
     {"apply", (PyCFunction)(void (*)(void))Kernel_call_apply, METH_FASTCALL,
      "apply(attacker, victim, t): APPLIED or FILTERED, or None when the event needs Engine's Python path."},
+    {"cooldown_release", (PyCFunction)Kernel_cooldown_release, METH_NOARGS,
+     "cooldown_release(): the §2.1 cooldown back into Engine._cooldown / _cooldown_log (the kernel "
+     "adopts them again at its next event)."},
     {"run", (PyCFunction)(void (*)(void))Kernel_run, METH_FASTCALL,
      "run(records, start, stop) -> (next, applied, filtered): journal records while the kernel can."},
     {NULL, NULL, 0, NULL},
@@ -1262,13 +1557,19 @@ int kernel_register(PyObject *module) {
         !(s_window = PyUnicode_InternFromString("_new_window")) ||
         !(s_next_recal = PyUnicode_InternFromString("next_recalibration")) ||
         !(s_repeat = PyUnicode_InternFromString("_repeat")) ||
-        !(s_add = PyUnicode_InternFromString("_add_player")))
+        !(s_add = PyUnicode_InternFromString("_add_player")) || !(s_n0 = PyUnicode_InternFromString("_n0")) ||
+        !(s_offset = PyUnicode_InternFromString("offset")) || !(s_ladder_add = PyUnicode_InternFromString("add")))
         return -1;
     PyObject *array_mod = PyImport_ImportModule("array");
     if (!array_mod) return -1;
     array_type = (PyTypeObject *)PyObject_GetAttrString(array_mod, "array");
     Py_DECREF(array_mod);
     if (!array_type) return -1;
+    PyObject *coll_mod = PyImport_ImportModule("collections");
+    if (!coll_mod) return -1;
+    deque_type = PyObject_GetAttrString(coll_mod, "deque");
+    Py_DECREF(coll_mod);
+    if (!deque_type) return -1;
     PyObject *math_mod = PyImport_ImportModule("math");
     if (!math_mod) return -1;
     fsum_fn = PyObject_GetAttrString(math_mod, "fsum");

@@ -313,6 +313,7 @@ class Engine:
         "_h",
         "_k",
         "_kc",
+        "_kernel",
         "_ladder",
         "_ladder_ok",
         "_last",
@@ -433,9 +434,11 @@ class Engine:
         self.offset = 0.0  # visible mu = r + offset
         self._r_lo = p.mu_min
         self._r_hi = p.mu_max
-        # §2.1 cooldown: (attacker_id << 32 | victim_id) -> time of the last counted kill.
-        self._cooldown: dict[int, float] = {}
-        self._cooldown_log: deque[tuple[float, int]] = deque()  # (time, pair) in time order
+        # §2.1 cooldown: (attacker_id << 32 | victim_id) -> time of the last counted kill. Both
+        # are None while the C kernel holds the cooldown in its own table (it adopts them at its
+        # first event); _cooldown_py() gives them back to Python, which every reader calls.
+        self._cooldown: dict[int, float] | None = {}
+        self._cooldown_log: deque[tuple[float, int]] | None = deque()  # (time, pair) in time order
         self.clock = -_INF
         self.next_recalibration = -_INF
         #: ``applied`` at the last recalibration (ADRParams.recalibrate_min_events).
@@ -473,9 +476,11 @@ class Engine:
             native = _Kernel is not None
         elif native and _Kernel is None:
             raise RuntimeError("the C update kernel was not built (docs/performance.md)")
-        # The kernel reads and writes this object's own columns and sums (it keeps no state), so
-        # the two paths can alternate event by event: newcomers and rejects always take Python's.
+        # The kernel reads and writes this object's own columns and sums (its one state of its own,
+        # the cooldown, goes back to Python whenever Python reads it: _cooldown_py), so
+        # the two paths can alternate event by event: rejects always take Python's.
         kernel = _Kernel(self, _APPLIED, _FILTERED) if native and _Kernel is not None else None
+        self._kernel = kernel
         self._native = None if kernel is None else kernel.apply
         #: ``run(records, start, stop) -> (next, applied, filtered)``: journal records
         #: ``(seq, t, attacker, victim, server, id)`` applied in C from ``start`` while each is a
@@ -565,6 +570,17 @@ class Engine:
                 return out
         return self._apply_py(attacker, victim, t)
 
+    def _cooldown_py(self) -> tuple[dict[int, float], deque[tuple[float, int]]]:
+        """The §2.1 cooldown map and log as Python objects, taken back from the C kernel when it
+        holds them (the same entries in the same order: the kernel adopts them again at its next
+        event). Every Python reader of the cooldown goes through this."""
+        if self._cooldown is None and self._kernel is not None:
+            self._kernel.cooldown_release()
+        cooldown, log = self._cooldown, self._cooldown_log
+        if cooldown is None or log is None:
+            raise RuntimeError("the cooldown is held by no one")
+        return cooldown, log
+
     @property
     def native(self) -> bool:
         """Whether ``apply`` runs its common case in the C kernel."""
@@ -598,6 +614,9 @@ class Engine:
         # Every valid event moves the clock, a filtered one too: its time is real.
         self.clock = t
         cooldown = self._cooldown
+        log = self._cooldown_log
+        if cooldown is None or log is None:  # held by the C kernel (an int time, say)
+            cooldown, log = self._cooldown_py()
         if a is not None and b is not None:
             # §2.1 cooldown, before anything changes (a pair with a newcomer has no history).
             last_kill = cooldown.get((a << _ID_BITS) | b)
@@ -616,7 +635,6 @@ class Engine:
         # Forget pairs whose last counted kill left the cooldown window, a few per event: the
         # log is in time order, so this keeps the map at "pairs seen in the last t_cooldown"
         # without ever pausing to sweep it.
-        log = self._cooldown_log
         log.append((t, pair))
         horizon = t - self.params.t_cooldown
         for _ in range(4):
@@ -1775,7 +1793,7 @@ class Engine:
         players is a handful of memory copies. Restoring gives an engine whose future updates
         are bit-identical to this one's: running sums and the expiry heap are kept verbatim.
         """
-        cooldown = self._cooldown
+        cooldown, _ = self._cooldown_py()
         return {
             "version": self.STATE_VERSION,
             "byteorder": sys.byteorder,

@@ -63,8 +63,9 @@ class TestPreprocessing:
             t += 0.5
             eng.apply(f"p{a}", f"p{b}", t)
         # 60 s of kills at 2 per second: at most 120 live pairs (+ a few not yet swept).
-        assert len(eng._cooldown) <= 130
-        assert len(eng._cooldown_log) <= 130
+        cooldown, log = eng._cooldown_py()
+        assert len(cooldown) <= 130
+        assert len(log) <= 130
 
     def test_cooldown_counts_from_the_last_counted_kill(self) -> None:
         eng = Engine(ADRParams.paper())

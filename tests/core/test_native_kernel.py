@@ -438,3 +438,102 @@ def test_batches_equal_feeding_one_by_one(overrides: dict[str, Any], stream: lis
             single.last_delta_victim,
         )
     assert canonical(got_p.tolist()) == canonical(want_p)
+
+
+def _cooldown_of(engine: Engine) -> tuple[list[tuple[int, bytes]], list[tuple[bytes, int]]]:
+    """The §2.1 cooldown map (in its iteration order) and log, floats as bit patterns."""
+    cooldown, log = engine._cooldown_py()
+    return [(k, struct.pack("<d", t)) for k, t in cooldown.items()], [
+        (struct.pack("<d", t), k) for t, k in log
+    ]
+
+
+@needs_kernel
+@pytest.mark.parametrize("t_cooldown", [60.0, 5.0, 0.0])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_c_cooldown_table_is_the_python_dict_and_log(t_cooldown: float, seed: int) -> None:
+    """The kernel's own cooldown table (open addressing, a ring for the log) against the Python
+    engine's dict and deque: random streams with many repeats inside the window (a few hot
+    pairs among many), phases of thousands of distinct pairs (the table and the ring grow, the
+    trim deletes from crowded probe chains), an export in the middle (the cooldown goes back to
+    Python and is adopted again), a rebuild from the checkpoint, and int times (Python's path on
+    the native engine, which takes the cooldown back): the same outcomes, the same map in the
+    same order, the same log (stale entries included) and the same state, bit for bit."""
+    rng = random.Random(seed)
+    params = ADRParams(t_cooldown=t_cooldown)
+    native = Engine(params, native=True)
+    py = Engine(params, native=False)
+    t = 1_700_000_000.0
+    filtered = 0
+    for k in range(12_000):
+        phase = (k // 1500) % 3
+        if phase == 0:  # hot pairs: repeats inside the window
+            a, b = rng.randrange(6), rng.randrange(6)
+            t += rng.choice([0.0, 0.5, 1.0, 2.0, 4.0, 7.0])
+        elif phase == 1:  # many distinct pairs at once: growth and long probe chains
+            a, b = rng.randrange(2000), rng.randrange(2000)
+            t += rng.choice([0.0, 0.01, 0.05])
+        else:
+            a, b = rng.randrange(60), rng.randrange(60)
+            t += rng.choice([0.0, 1.0, 3.0, 30.0, 59.9, 60.0, 61.0])
+        # an int time takes Engine._apply_py on the native engine too
+        when: Any = int(t) if k % 409 == 0 else t
+        out = native.feed(f"p{a}", f"p{b}", when)
+        assert out is py.feed(f"p{a}", f"p{b}", when)
+        filtered += out is Outcome.FILTERED
+        if k % 1000 == 500:
+            assert _cooldown_of(native) == _cooldown_of(py)
+            assert native._cooldown is not None  # given back to Python until the next event
+        if k % 3001 == 3000:
+            assert canonical(native.export_state()) == canonical(py.export_state())
+        if k == 7000:
+            native = Engine.from_state(native.export_state(), params, native=True)
+            py = Engine.from_state(py.export_state(), params, native=False)
+    assert filtered > {60.0: 1000, 5.0: 100, 0.0: -1}[t_cooldown]
+    assert _cooldown_of(native) == _cooldown_of(py)
+    assert_same(native, py)
+
+
+@needs_kernel
+def test_the_kernel_holds_the_cooldown_between_events() -> None:
+    """While the kernel runs, the engine's cooldown slots are None (nothing stale to read);
+    _cooldown_py gives them back, and the next kernel event adopts them again."""
+    eng = Engine(ADRParams(), native=True)
+    eng.feed("a", "b", 1.0)
+    eng.feed("a", "b", 2.0)
+    assert eng._cooldown is None and eng._cooldown_log is None
+    cooldown, log = eng._cooldown_py()
+    assert list(cooldown.values()) == [1.0] and list(log) == [(1.0, 1)]
+    assert eng.feed("a", "b", 3.0) is Outcome.FILTERED
+    assert eng._cooldown is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("deferred", [False, True])
+def test_newcomers_join_in_c_as_add_player_adds_them(deferred: bool) -> None:
+    """The kernel appends a newcomer's columns itself (Engine._add_player's Python path only for a
+    season's _n0 column or an exported column buffer): the same names, ids, columns (lengths
+    included), tier and activity bytes, ladder and sums as the Python path, with the ladder kept
+    and deferred, and across a season reset (Python's _add_player adds from then on)."""
+    params = ADRParams(**PARAM_SETS[1])
+    native = Engine(params, native=True)
+    py = Engine(params, native=False)
+    if deferred:
+        native.defer_ladder()
+        py.defer_ladder()
+    rng = random.Random(5)
+    t = 1_700_000_000.0
+    for k in range(3000):
+        t += rng.choice([0.0, 0.5, 3.0, 90.0])
+        a, b = f"n{rng.randrange(k + 2)}", f"n{rng.randrange(k + 2)}"
+        if k == 1500:
+            native.season_reset(1.5, 0.3)
+            py.season_reset(1.5, 0.3)
+        assert native.feed(a, b, t) is py.feed(a, b, t)
+    assert native.names == py.names
+    assert native.ids == py.ids
+    for attr in Engine.KERNEL_COLUMNS:
+        assert getattr(native, attr).tobytes() == getattr(py, attr).tobytes(), attr
+    assert native._tier == py._tier and native._active == py._active
+    assert list(native._index()) == list(py._index())
+    assert_same(native, py)
