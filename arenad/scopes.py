@@ -328,9 +328,19 @@ class ScopeSet:
             raise KeyError(f"no scope {key!r} (no events in it yet)")
         return key
 
+    @property
+    def hides_bots(self) -> bool:
+        """Bots are left out of public lists (``[gates] bots = "hidden"``)."""
+        return self.config.gates.bots == "hidden"
+
+    @property
+    def hides_anyone(self) -> bool:
+        """Someone may be hidden: a reader can skip the per-player check when not."""
+        return bool(self.hidden) or self.hides_bots
+
     def is_hidden(self, player: str) -> bool:
         """Left out of public lists: asked to be (``hide``), or a bot under ``[gates] bots = "hidden"``."""
-        return player in self.hidden or (self.config.gates.bots == "hidden" and is_bot(player))
+        return player in self.hidden or (self.hides_bots and is_bot(player))
 
     def keys(self) -> list[str]:
         return list(self.engines)

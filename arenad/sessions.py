@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import numpy as np
@@ -273,7 +273,7 @@ class Sessions:
             "after": self.after.tobytes(),
             "servers": list(self.servers),
             "open": [[i, self.open_server[i], start] for i, start in sorted(self.open.items())],
-            "closed": [_session_row(s) for s in self.closed],
+            "closed": [list(astuple(s)) for s in self.closed],
             "last_tick": self.last_tick,
             "clock": self.clock,
         }
@@ -306,19 +306,3 @@ def _last_event(eng: Engine, i: int) -> float:
     na = eng.params.n_active
     n = eng._n[i]
     return float(eng._aring[i * na + (max(n, 1) - 1) % na])
-
-
-def _session_row(s: Session) -> list[Any]:
-    return [
-        s.player,
-        s.server,
-        s.t_start,
-        s.t_end,
-        s.kills,
-        s.deaths,
-        s.rating_before,
-        s.rating_after,
-        s.display_after,
-        s.tier_after,
-        s.seq,
-    ]

@@ -192,3 +192,15 @@ class TokenBucket:
         if self.rate <= 0:
             return math.inf
         return (1.0 - self.tokens) / self.rate
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by None (JSON has no NaN or infinity): the
+    fallback encoding of both read protocols (the query op and the web API)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj

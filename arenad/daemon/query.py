@@ -51,6 +51,7 @@ from arenad.scopes import ScopeSet
 from arenad.views import TokenBucket as TokenBucket  # noqa: PLC0414 - re-exported (mypy strict): its tests import it here
 from arenad.views import (
     engine_stats,
+    finite,
     ladder_rows,
     player_body,
     scopes_body,
@@ -184,7 +185,7 @@ class QueryHandler:
         """Who is left out of ``top`` and ``around`` and answered as unknown (admin ``hide``,
         bots under ``[gates] bots = "hidden"``); None when nobody is, the common case."""
         live = self._engine()
-        if isinstance(live, Engine) or not (live.hidden or live.config.gates.bots == "hidden"):
+        if isinstance(live, Engine) or not live.hides_anyone:
             return None
         return live.is_hidden
 
@@ -417,20 +418,9 @@ def _show(v: object) -> str:
 
 
 # ---------------------------------------------------------------------------- response encoding
-def _finite(obj: Any) -> Any:
-    """``obj`` with every non-finite float replaced by None (JSON has no NaN or infinity)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def _encode(obj: dict[str, Any]) -> bytes:
     # orjson: a top-10 reply in ~3 us against ~50 us for the standard library (docs/performance.md);
-    # non-finite floats become null, as _finite does. What it refuses (a lone surrogate, an int
+    # non-finite floats become null, as views.finite does. What it refuses (a lone surrogate, an int
     # beyond 64 bits) goes the standard way, where ensure_ascii keeps the reply valid UTF-8.
     try:
         return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
@@ -440,7 +430,7 @@ def _encode(obj: dict[str, Any]) -> bytes:
         text = json.dumps(obj, allow_nan=False, separators=(",", ":"))
     except ValueError:
         # Rare (the clock before the first event, a NaN in daemon stats): walk and fix only then.
-        text = json.dumps(_finite(obj), allow_nan=False, separators=(",", ":"))
+        text = json.dumps(finite(obj), allow_nan=False, separators=(",", ":"))
     return text.encode("ascii") + b"\n"
 
 

@@ -20,7 +20,7 @@ import math
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from arenad.daemon.config import HistorySettings
@@ -81,18 +81,10 @@ class _Writer:
             (
                 self._id("players", self._players, s.player),
                 self._id("servers", self._servers, s.server),
-                s.t_start,
-                s.t_end,
-                s.kills,
-                s.deaths,
-                s.rating_before,
-                s.rating_after,
-                s.display_after,
-                s.tier_after,
-                s.seq,
+                *astuple(s)[2:],
             )
             for s in sessions
-        ]
+        ]  # the table's columns are Session's fields, player and server by id
         self.db.executemany("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         return len(rows)
 

@@ -36,7 +36,7 @@ class HiddenPlayers:
 
     def hidden(self, scope: str) -> Collection[str]:
         sc = self._scopes()
-        if sc.config.gates.bots != "hidden":
+        if not sc.hides_bots:
             return sc.hidden
         eng = sc.engines.get(scope)
         if eng is None:

@@ -33,7 +33,7 @@ import structlog
 
 from arenad import __version__
 from arenad.core.params import TIER_NAMES
-from arenad.views import TokenBucket, engine_stats, scopes_body
+from arenad.views import TokenBucket, engine_stats, finite, scopes_body
 from arenad.web.config import WebSettings
 from arenad.web.pages import Pages
 from arenad.web.port import WebPorts
@@ -65,17 +65,7 @@ def encode_json(obj: Any) -> bytes:
     try:
         return orjson.dumps(obj)
     except TypeError:
-        return json.dumps(_finite(obj), allow_nan=False, separators=(",", ":")).encode("ascii")
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
+        return json.dumps(finite(obj), allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 def etag_of(body: bytes) -> str:

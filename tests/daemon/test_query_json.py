@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arenad.daemon.query import _encode, _finite, _parse, _RequestError
+from arenad.daemon.query import _encode, _parse, _RequestError
+from arenad.views import finite as _finite
 
 scalars = (
     st.none()
