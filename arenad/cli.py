@@ -180,6 +180,12 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("plugins", help="list rating models and feed plugins (built-in and entry points)")
     sub.add_parser("version", help="print the version")
+    cl = sub.add_parser("cluster", help="the cluster mode on NATS JetStream ([cluster], docs/operations.md)")
+    clsub = cl.add_subparsers(dest="cluster_command", required=True)
+    cs = clsub.add_parser("status", help="nodes, their stream positions and lag, and the lease holder")
+    cs.add_argument("--config", type=Path, help="TOML settings file: its [cluster] servers and stream")
+    cs.add_argument("--servers", help="comma-separated NATS URLs instead of [cluster] servers")
+    cs.add_argument("--json", action="store_true", help="print the answer as JSON")
     return ap
 
 
@@ -294,6 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _evaluate(args)
         if args.command == "tune":
             return _tune(args, list(sys.argv[1:] if argv is None else argv))
+        if args.command == "cluster":
+            return _cluster(args)
         if args.command == "check-config":
             load_checked(args.file)
             print(f"{args.file}: ok")
@@ -739,8 +747,25 @@ def _run(args: argparse.Namespace) -> int:
 
     settings = apply_run_flags(load_checked(args.config), args)
     configure_logging(settings.log.format, settings.log.level)
+    if settings.cluster.role == "ingest":
+        from arenad.cluster.ingestnode import run_ingest  # noqa: PLC0415
+
+        return run_ingest(settings)
     reload = (lambda: apply_run_flags(load_checked(args.config), args)) if args.config is not None else None
     return run_daemon(settings, reload)
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    import asyncio  # noqa: PLC0415 - only this command talks to NATS
+
+    from arenad.cluster.heartbeat import format_status, status  # noqa: PLC0415
+
+    settings = load_checked(args.config).cluster
+    if args.servers:
+        settings = settings.model_copy(update={"servers": tuple(u.strip() for u in args.servers.split(","))})
+    doc = asyncio.run(status(settings))
+    print(json.dumps(doc, indent=2) if args.json else format_status(doc))
+    return 0
 
 
 #: `arenad run` flag -> (settings section, key) it overrides.

@@ -74,3 +74,31 @@ def record_kind(rec: JournalRecord) -> int:
     if isinstance(rec, tuple):
         return KIND_KILL
     return KIND_PLACEMENT if isinstance(rec, PlacementRecord) else KIND_CONTROL
+
+
+def record_row(rec: JournalRecord) -> list[Any] | tuple[Any, ...]:
+    """A record without its sequence number, as the journal and the cluster stream store it:
+    a kill ``(t, attacker, victim, server, id)``, a placement ``[t, groups, server, id]``, a
+    control record ``[t, op, args]``."""
+    return rec[1:] if isinstance(rec, tuple) else rec.row()
+
+
+def record_from_row(kind: int, seq: int, row: Any) -> JournalRecord:
+    """The record of kind ``kind`` at ``seq`` from its stored row (``record_row``'s inverse).
+
+    ``ValueError``/``TypeError`` when the row does not have its kind's shape; ``StateError``
+    for a kind this arenad does not know (written by a newer one).
+    """
+    if kind == KIND_KILL:
+        t, attacker, victim, server, event_id = row
+        return (seq, float(t), str(attacker), str(victim), server, event_id)
+    if kind == KIND_PLACEMENT:
+        t, groups, server, event_id = row
+        placements = tuple(tuple(str(player) for player in group) for group in groups)
+        return PlacementRecord(seq, float(t), placements, server, event_id)
+    if kind == KIND_CONTROL:
+        t, op, args = row
+        if not isinstance(op, str) or not isinstance(args, dict):
+            raise ValueError("bad control record")
+        return ControlRecord(seq, float(t), op, args)
+    raise StateError(f"record kind {kind} at event {seq}: written by a newer arenad")

@@ -41,6 +41,7 @@ from arenad.daemon.config import (
     problems_from,
     refuse,
 )
+from arenad.daemon.config_cluster import ClusterSettings
 from arenad.daemon.config_ingame import InGameSettings
 from arenad.daemon.config_sources import HlUdpSettings, MqttSettings, NotifySettings, TailSpec, UdpSettings
 from arenad.errors import ConfigError, ConfigProblem
@@ -72,6 +73,7 @@ class Settings(Section):
     source_udp: HlUdpSettings = Field(default_factory=HlUdpSettings)  # Source-engine UDP logs
     tail: Array[TailSpec] = ()  # [[tail]]: game-server log files to follow
     ingame: InGameSettings = Field(default_factory=InGameSettings)  # chat commands over rcon
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)  # NATS JetStream (issue 18)
 
     def scope_config(self) -> ScopeConfig:
         """The scopes the daemon keeps: ``[scopes]``, the play sessions of the rating history

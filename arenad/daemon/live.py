@@ -45,6 +45,9 @@ class LiveState:
     #: Resume positions of log followers as of the last journaled batch (checkpointed).
     positions: dict[str, dict[str, Any]] = field(default_factory=dict)
     positions_moved: bool = False  # a follower moved on since the last checkpoint
+    #: Whether a checkpoint says when it was written. A cluster replica's does not: replicas
+    #: at the same stream position then write the same checkpoint, byte for byte.
+    stamped: bool = True
 
     @property
     def engine(self) -> Engine:
@@ -67,7 +70,7 @@ class LiveState:
         """What a checkpoint holds (``state.Checkpoints.write``); ``models`` the shadows' state."""
         return {
             "seq": self.seq,
-            "created": time.time(),
+            "created": time.time() if self.stamped else 0.0,
             "applied": self.applied,
             "placements": self.placements,
             "scopes": self.scopes.export_state(),
@@ -94,8 +97,12 @@ class StorageFaults:
     def ok(self) -> bool:
         return not self.failing
 
-    def failed(self, op: str, e: OSError, **context: Any) -> None:
-        """Count a failed write, raise the alarm, and log it (again at most every interval)."""
+    def failed(self, op: str, e: Exception, **context: Any) -> None:
+        """Count a failed write, raise the alarm, and log it (again at most every interval).
+
+        ``e`` an ``OSError`` for the state directory, or the stream's refusal (the cluster's
+        ingest: no quorum, a timeout), which carries no errno."""
+        code = getattr(e, "errno", None)
         self.errors[op] += 1
         self.failing.add(op)
         now = time.monotonic()
@@ -104,8 +111,8 @@ class StorageFaults:
             log.error(
                 "storage_write_failed",
                 op=op,
-                errno=e.errno,
-                errno_name=errno.errorcode.get(e.errno or 0, "?"),
+                errno=code,
+                errno_name=errno.errorcode.get(code or 0, "?"),
                 error=str(e),
                 failures=self.errors[op],
                 intake_paused=op == "journal",

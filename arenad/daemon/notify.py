@@ -111,6 +111,36 @@ class RatingChange:
     sigma: float
     rank: int | None
     t: float
+    #: The journal sequence number of the event (the same on every cluster replica: what the
+    #: cluster's notifications are deduplicated by); 0 where unknown. Not in the payload.
+    seq: int = 0
+
+
+class ChangeFilter:
+    """``[notify]``'s choice of changes: ``changes`` (kinds) and ``scopes``; one rule for the MQTT
+    notifier and the cluster's outbox (``arenad.cluster.outbox``)."""
+
+    def __init__(self, settings: NotifySettings, enabled: bool) -> None:
+        # An empty kind set means "disabled".
+        if not enabled:
+            self._kinds: frozenset[str] = frozenset()
+        elif settings.changes == "all":
+            self._kinds = frozenset(KINDS)
+        else:
+            self._kinds = TIER_KINDS
+        self._all_scopes = "*" in settings.scopes
+        self._scope_keys = frozenset(s for s in settings.scopes if not s.endswith(":*"))
+        self._scope_kinds = frozenset(s[:-2] for s in settings.scopes if s.endswith(":*"))
+
+    def wants(self, change: RatingChange) -> bool:
+        if change.kind not in self._kinds:
+            return False
+        scope = change.scope
+        return (
+            self._all_scopes
+            or scope in self._scope_keys
+            or bool(self._scope_kinds and scope.partition(":")[0] in self._scope_kinds)
+        )
 
 
 def _finite(x: object) -> float | None:
@@ -249,16 +279,7 @@ class Notifier:
         self._wake: asyncio.Event | None = None
         self._dropped_logged = 0
         self._dropped_log_at = -math.inf
-        # offer()'s filters, precomputed: an empty kind set means "disabled".
-        if not settings.enabled:
-            self._kinds: frozenset[str] = frozenset()
-        elif settings.changes == "all":
-            self._kinds = frozenset(KINDS)
-        else:
-            self._kinds = TIER_KINDS
-        self._all_scopes = "*" in settings.scopes
-        self._scope_keys = frozenset(s for s in settings.scopes if not s.endswith(":*"))
-        self._scope_kinds = frozenset(s[:-2] for s in settings.scopes if s.endswith(":*"))
+        self.filter = ChangeFilter(settings, settings.enabled)  # offer()'s, precomputed
         self._password: str | None = None
         self._tls: ssl.SSLContext | None = None
         self._address: tuple[str, int] = ("", 0)
@@ -281,14 +302,7 @@ class Notifier:
     def offer(self, change: RatingChange) -> None:
         """Queue ``change`` for publishing if ``changes`` and ``scopes`` want it. O(1), never blocks;
         when the queue is full the oldest queued change is dropped (and counted)."""
-        if change.kind not in self._kinds:
-            return
-        scope = change.scope
-        if not (
-            self._all_scopes
-            or scope in self._scope_keys
-            or (self._scope_kinds and scope.partition(":")[0] in self._scope_kinds)
-        ):
+        if not self.filter.wants(change):
             return
         queue = self._queue
         if len(queue) >= self._limit:

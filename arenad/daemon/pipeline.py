@@ -40,6 +40,7 @@ from arenad.daemon.shadows import ModelSet, adr_prediction
 from arenad.daemon.state import ControlRecord, Journal, JournalRecord, PlacementRecord, Record, record_seq
 from arenad.daemon.types import Batch
 from arenad.decode import DecodedRow, decode_msgpack_rows
+from arenad.records import record_from_row
 from arenad.scopes import ScopeSet
 
 log = structlog.get_logger("arenad")
@@ -166,6 +167,18 @@ class Pipeline:
                 seq += 1
                 control.seq = seq
                 records.append(ControlRecord(seq, control.t, control.op, control.args))
+                batch.last_seq = seq
+            rows = batch.rows
+            if rows is not None:  # a cluster replica's records from the stream, checked already
+                for kind, row in rows:
+                    seq += 1
+                    records.append(record_from_row(kind, seq, row))
+                batch.last_seq = seq
+                if rows:
+                    st.received[batch.source] += len(rows)
+                    self.last_event[batch.source] = now
+                    taken += len(rows)
+                continue
             payload = batch.payload
             items: Sequence[DecodedRow]
             if payload is not None and batch.decode is None:
@@ -211,36 +224,50 @@ class Pipeline:
         """
         st = self.state
         if records:
-            try:
-                if self.journal.size != mark:
-                    self.journal.rewind(mark)  # a cut that failed last time
-                # Chunks of 128 records: well under 0.1 ms of encoding each, one write and one yield.
-                chunk = 4 * SLICE
-                for k in range(0, len(records), chunk):
-                    self.journal.append(records[k : k + chunk] if len(records) > chunk else records)
-                    await asyncio.sleep(0)
-                # fsync off the event loop; nothing is applied or acknowledged before it returns.
-                await asyncio.to_thread(self.journal.sync)
-            except OSError as e:
-                self.faults.failed("journal", e, seq=record_seq(records[0]), events=len(records))
-                try:
-                    self.journal.rewind(mark)
-                except OSError as cut:
-                    log.error("journal_rewind_failed", error=str(cut), errno=cut.errno)
+            if not await self.persist(records, mark):
                 return False
             st.seq = record_seq(records[-1])
-        self.faults.recovered("journal")
+        self.faults.recovered(self.durable_op)
         for batch in batches:
             if batch.position is not None:  # what this batch held is journaled: resume after it
                 st.positions[batch.position[0]] = batch.position[1]
                 st.positions_moved = True
-        await self.apply(list(records))
+        if self.applies:
+            await self.apply(list(records))
         for batch in batches:
             if batch.done is not None:
                 try:
                     batch.done()
                 except Exception as e:  # a source's ack failing must not stop the engine
                     log.warning("ack_failed", source=batch.source, error=str(e))
+        return True
+
+    #: What makes a step durable (``arenad_storage_errors_total{op}``) and whether this pipeline
+    #: applies what it made durable: the journal and yes here; the cluster's ingest publishes to
+    #: the stream and applies nothing (``arenad.cluster.ingest``).
+    durable_op = "journal"
+    applies = True
+
+    async def persist(self, records: list[JournalRecord], mark: int) -> bool:
+        """Journal and fsync ``records``; on a failure cut the journal back to ``mark``, count
+        the fault and return ``False``."""
+        try:
+            if self.journal.size != mark:
+                self.journal.rewind(mark)  # a cut that failed last time
+            # Chunks of 128 records: well under 0.1 ms of encoding each, one write and one yield.
+            chunk = 4 * SLICE
+            for k in range(0, len(records), chunk):
+                self.journal.append(records[k : k + chunk] if len(records) > chunk else records)
+                await asyncio.sleep(0)
+            # fsync off the event loop; nothing is applied or acknowledged before it returns.
+            await asyncio.to_thread(self.journal.sync)
+        except OSError as e:
+            self.faults.failed("journal", e, seq=record_seq(records[0]), events=len(records))
+            try:
+                self.journal.rewind(mark)
+            except OSError as cut:
+                log.error("journal_rewind_failed", error=str(cut), errno=cut.errno)
+            return False
         return True
 
     async def apply(self, records: list[JournalRecord | None]) -> None:
@@ -313,6 +340,7 @@ class Pipeline:
                 sigma=g.sigma(i),
                 rank=g.rank(i),
                 t=t,
+                seq=rec[0],
             )
             if notifier is not None:
                 notifier.offer(change)
@@ -435,15 +463,22 @@ class Pipeline:
                 now = time.monotonic()
             self._step_started = now
             batches = [first]
-            events = len(first.items) or 50
+            events = _events_in(first)
             while events < MAX_STEP_EVENTS:
                 try:
                     batch = self.queue.get_nowait()
                 except asyncio.QueueEmpty:
                     break
                 batches.append(batch)
-                events += len(batch.items) or 50  # an undecoded datagram: about 50 events
+                events += _events_in(batch)
             await self.process(batches)
+
+
+def _events_in(batch: Batch) -> int:
+    """About how many events a queued batch holds (an undecoded datagram: about 50)."""
+    if batch.rows is not None:
+        return len(batch.rows)
+    return len(batch.items) or 50
 
 
 async def recalibrate(eng: Engine, t: float) -> None:

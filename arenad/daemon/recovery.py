@@ -41,9 +41,20 @@ REPLAY_CHUNK = 4096
 
 
 def recover(
-    state: LiveState, store: StateDir, settings: Settings, models: ModelSet, clock: DaemonClock
+    state: LiveState,
+    store: StateDir,
+    settings: Settings,
+    models: ModelSet,
+    clock: DaemonClock,
+    *,
+    tail: bool = True,
 ) -> RecoveryReport:
-    """Fill ``state`` from the newest valid checkpoint and the journal tail after it."""
+    """Fill ``state`` from the newest valid checkpoint and the journal tail after it.
+
+    ``tail=False`` (a cluster replica): the journal after the checkpoint is cut instead of
+    replayed; the replica takes those records from the stream again, from the checkpoint's
+    stream position (``arenad.cluster.replica``), numbered exactly as before.
+    """
     report = RecoveryReport()
     store.checkpoints.clean_temporaries()
     if store.archive is not None:
@@ -72,6 +83,12 @@ def recover(
     # Shadow models continue from the same checkpoint as the engine (a checkpoint from before
     # them has none: they start at its sequence number).
     models.import_state(models_state)
+    if not tail:
+        cut = store.journal.cut_after(state.seq)
+        if cut:
+            log.info("journal_tail_cut", after_seq=state.seq, records=cut)
+        state.checkpoint_seq = report.checkpoint_seq
+        return report
     records, truncations = store.journal.replay_after(state.seq)
     # Nothing reads a rank before the tail is replayed: each ladder index is rebuilt once at
     # the end instead of re-keyed per event (Engine.defer_ladder; scopes created meanwhile

@@ -35,6 +35,12 @@ try:
 except ImportError:  # pragma: no cover - not available on every platform
     uvloop = None  # type: ignore[assignment]
 
+from arenad.cluster.heartbeat import beat
+from arenad.cluster.lease import Lease
+from arenad.cluster.link import Link, node_name
+from arenad.cluster.metrics import ClusterCollector, ClusterFigures
+from arenad.cluster.outbox import Outbox
+from arenad.cluster.replica import StreamSource, stream_position
 from arenad.core.engine import Engine
 from arenad.core.params import TIER_NAMES
 from arenad.daemon import sdnotify
@@ -105,18 +111,16 @@ class Daemon:
         self.drained = asyncio.Event()
         self.ready = False
         self.recovery = RecoveryReport()
-        self.sources = default_sources(settings)
-        self._source_tasks: list[asyncio.Task[None]] = []
         self.faults = StorageFaults()
-        self.notifier: Notifier | None = Notifier(settings.notify) if settings.notify.enabled else None
         # Chat commands and announcements ([ingame]), handed a read port on the live scopes.
         self.ingame: InGame | None = (
             InGame(settings.ingame, lambda: self.state.scopes) if settings.ingame.enabled else None
         )
+        self._cluster_parts(settings)
         # Without shadows the primary is scored from the global engine's own ring at scrape time,
         # the engine looked up at each call (recovery and a recompute replace it).
         self.models = ModelSet(
-            settings.models,
+            self._models_settings(),
             recent=lambda: self.state.engine.recent_predictions(),  # noqa: PLW0108 - see above
         )
         self.metrics = Metrics(self.snapshot)
@@ -131,6 +135,8 @@ class Daemon:
                 self.metrics.registry.register(collector)
         for collector in self.ingame.collectors() if self.ingame is not None else []:
             self.metrics.registry.register(collector)
+        if self.link is not None:
+            self.metrics.registry.register(ClusterCollector(self.cluster_figures))
         self.reject_warnings = RejectWarnings(settings.log.reject_warning_interval)
         self.pipeline = Pipeline(
             self.state,
@@ -142,7 +148,7 @@ class Daemon:
             faults=self.faults,
             reject_warnings=self.reject_warnings,
             notifier=self.notifier,
-            on_change=self.ingame.offer if self.ingame is not None else None,
+            on_change=self._on_change(),
         )
         #: The players' rating history (their play sessions), beside the state it derives from.
         self.ratings: RatingHistory | None = (
@@ -176,14 +182,102 @@ class Daemon:
         self._query_servers: list[asyncio.Server] = []
         self._query_observers: dict[str, Callable[[float], None]] = {}
 
+    # ------------------------------------------------------------------ the cluster's parts
+    def _cluster_parts(self, settings: Settings) -> None:
+        """The sources, notifier and cluster parts of this node's role ([cluster] role).
+
+        Single node (``off``): the configured sources and the MQTT notifier. A replica or a
+        shadow: the stream is the one source (``arenad.cluster.replica``); a replica competes
+        for the leader lease, and while it holds it publishes the notifications (``Outbox``)
+        and answers in the game; a shadow never leads.
+        """
+        c = settings.cluster
+        self.link: Link | None = None
+        self.lease: Lease | None = None
+        self.outbox: Outbox | None = None
+        self.stream: StreamSource | None = None
+        self.notifier: Notifier | None = None
+        if not c.enabled:
+            self.sources = default_sources(settings)
+            self.notifier = Notifier(settings.notify) if settings.notify.enabled else None
+            return
+        self.link = Link(c, node_name(c))
+        if c.role == "replica":
+            self.lease = Lease(self.link, c.lease_ttl, on_change=self._lease_changed)
+            self.outbox = Outbox(self.link, c, settings.notify, lambda: self._leader)
+        self.stream = StreamSource(c, self.link, chat_gate=lambda: self._leader)
+        self.sources = [self.stream]
+        self.state.stamped = False  # replicas at one position write one checkpoint, byte for byte
+
+    @property
+    def _leader(self) -> bool:
+        return self.lease is not None and self.lease.leader
+
+    def _lease_changed(self, held: bool) -> None:
+        if self.outbox is not None:
+            self.outbox.took_lease(held)
+
+    def _models_settings(self) -> Any:
+        """``[models]``, without shadows on a cluster replica: they run on the shadow role."""
+        models = self.settings.models
+        if self.settings.cluster.role == "replica" and models.shadows:
+            log.warning("shadows_on_shadow_role", shadows=list(models.shadows))
+            return models.model_copy(update={"shadows": ()})
+        return models
+
+    def _on_change(self) -> Callable[[Any], None] | None:
+        """Who hears each rating change: the in-game announcements and, on a replica, the
+        outbox; on a replica the announcements only while it leads."""
+        ingame = self.ingame.offer if self.ingame is not None else None
+        outbox = self.outbox
+        if outbox is None:
+            if ingame is None or self.settings.cluster.role != "shadow":
+                return ingame
+            return None  # a shadow never announces
+
+        def on_change(change: Any) -> None:
+            outbox.offer(change)
+            if ingame is not None and self._leader:
+                ingame(change)
+
+        return on_change
+
+    def cluster_figures(self) -> ClusterFigures:
+        stream = self.stream
+        applied = stream_position(self.state.positions)
+        return ClusterFigures(
+            role=self.settings.cluster.role,
+            connected=self.link is not None and self.link.connected,
+            leader=self._leader,
+            lease_changes=self.lease.changes if self.lease is not None else 0,
+            position=applied,
+            lag=max(0, stream.stream_end - applied) if stream is not None else 0,
+            notifications=self.outbox.published if self.outbox is not None else 0,
+            rejected=dict(stream.rejected) if stream is not None else {},
+        )
+
+    def _beat(self) -> dict[str, Any]:
+        f = self.cluster_figures()
+        return {
+            "position": f.position,
+            "seq": self.state.seq,
+            "lag": f.lag,
+            "leader": f.leader,
+            "players": len(self.engine),
+            "rejected": sum(f.rejected.values()),
+        }
+
     @property
     def engine(self) -> Engine:
         """The global ladder (the primary model's, scored against the shadows)."""
         return self.state.engine
 
     def recover(self) -> RecoveryReport:
-        """The state from the newest valid checkpoint and the journal tail (``recovery.py``)."""
-        self.recovery = recover(self.state, self.store, self.settings, self.models, self.clock)
+        """The state from the newest valid checkpoint and the journal tail (``recovery.py``);
+        a cluster replica takes the tail from the stream instead."""
+        self.recovery = recover(
+            self.state, self.store, self.settings, self.models, self.clock, tail=self.stream is None
+        )
         cut_ratings(self.ratings, self.recovery)
         return self.recovery
 
@@ -384,6 +478,8 @@ class Daemon:
             if self.web.address is not None:
                 web_host, _, web_port = self.web.address.rpartition(":")
                 self.bound["web"] = (web_host.strip("[]"), int(web_port))
+            if self.link is not None:
+                await self.link.open()
             for source in self.sources:
                 self.bound.update(await source.open(ctx))
             servers.extend(await self._start_admin())
@@ -414,6 +510,13 @@ class Daemon:
                     tg.create_task(self.notifier.run(self.drained), name="notify")
                 if self.ingame is not None:
                     tg.create_task(self.ingame.run(self.stop), name="ingame")
+                if self.link is not None:
+                    role = self.settings.cluster.role
+                    tg.create_task(beat(self.link, role, self._beat, self.stop), name="heartbeat")
+                if self.lease is not None:
+                    tg.create_task(self.lease.run(self.stop), name="lease")
+                if self.outbox is not None:
+                    tg.create_task(self.outbox.run(self.stop), name="outbox")
                 tg.create_task(self._wake_on_stop(), name="stopper")
             sdnotify.notify("STOPPING=1")
             await self.checkpointer.checkpoint()
@@ -426,6 +529,8 @@ class Daemon:
             await self.recomputer.cancel()  # recompute.json stays: it runs again at the next start
             for source in self.sources:
                 source.close()
+            if self.link is not None:
+                await self.link.close()
 
     def _sources_done(self) -> bool:
         """Every source task but the log followers' has ended (they end with ``stop``)."""
@@ -526,6 +631,9 @@ class _AdminPort:
         return max(self._d.state.engine.clock, self._d.clock.now())  # -inf before the first event
 
     async def journal_control(self, request: ControlRequest) -> None:
+        if self._d.stream is not None:  # a cluster replica: through the stream, for every replica
+            await self._d.stream.publish_control(request)
+            return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def finished() -> None:

@@ -54,7 +54,9 @@ from arenad.records import (
     PlacementRecord,
     Record,
     StateError,
+    record_from_row,
     record_kind,
+    record_row,
     record_seq,
 )
 
@@ -113,7 +115,7 @@ def encode_chunk(records: Sequence[JournalRecord]) -> bytes:
     if set(map(type, records)) == _KILLS_ONLY:  # the common chunk: kills alone, in C loops
         chunk = [record_seq(records[0]), list(map(_kill_row, records))]
     else:
-        rows = [r[1:] if isinstance(r, tuple) else r.row() for r in records]
+        rows = list(map(record_row, records))
         chunk = [record_seq(records[0]), rows]
         if not all(isinstance(r, tuple) for r in records):
             chunk.append(bytes(record_kind(r) for r in records))
@@ -148,23 +150,9 @@ def _decode_chunk(body: bytes) -> list[JournalRecord]:
     kinds = chunk[2]
     if not isinstance(kinds, bytes) or len(kinds) != len(rows):
         raise ValueError("record kinds do not match the rows")
-    out: list[JournalRecord] = []
-    for k, (kind, row) in enumerate(zip(kinds, rows, strict=True)):
-        if kind == KIND_KILL:
-            t, attacker, victim, server, event_id = row
-            out.append((first + k, float(t), str(attacker), str(victim), server, event_id))
-        elif kind == KIND_PLACEMENT:
-            t, groups, server, event_id = row
-            placements = tuple(tuple(str(player) for player in group) for group in groups)
-            out.append(PlacementRecord(first + k, float(t), placements, server, event_id))
-        elif kind == KIND_CONTROL:
-            t, op, args = row
-            if not isinstance(op, str) or not isinstance(args, dict):
-                raise ValueError("bad control record")
-            out.append(ControlRecord(first + k, float(t), op, args))
-        else:
-            raise StateError(f"journal record kind {kind} at event {first + k}: written by a newer arenad")
-    return out
+    return [
+        record_from_row(kind, first + k, row) for k, (kind, row) in enumerate(zip(kinds, rows, strict=True))
+    ]
 
 
 def read_records(data: bytes) -> tuple[list[JournalRecord], int]:
@@ -293,6 +281,42 @@ class Journal:
                         yield rec
 
         return gen(), truncations
+
+    def cut_after(self, seq: int) -> int:
+        """Remove every record above ``seq`` (whole chunks; a chunk never straddles a checkpoint's
+        sequence number, which is where this cuts); returns the records removed.
+
+        A cluster replica starts from its checkpoint and takes the rest from the stream again
+        (``recovery.recover`` with ``tail=False``): what its journal holds past the checkpoint is
+        a copy of the stream that the stream delivers once more.
+        """
+        removed = 0
+        for first, path in reversed(self.segments()):
+            data = path.read_bytes()
+            records, good = read_records(data)
+            if first > seq:
+                removed += len(records)
+                path.unlink()
+                continue
+            keep = 0  # bytes of the whole chunks at or below seq
+            pos = 0
+            while pos + _RECORD_HEAD.size <= good:
+                length, _crc = _RECORD_HEAD.unpack_from(data, pos)
+                end = pos + _RECORD_HEAD.size + length
+                chunk = _decode_chunk(data[pos + _RECORD_HEAD.size : end])
+                if chunk and record_seq(chunk[0]) > seq:
+                    break
+                keep = end
+                pos = end
+            cut = [r for r in records if record_seq(r) > seq]
+            if keep < len(data):
+                with path.open("r+b") as f:
+                    f.truncate(keep)
+                    os.fsync(f.fileno())
+            removed += len(cut)
+            break
+        fsync_dir(self.dir)
+        return removed
 
     def drop_before(self, seq: int) -> None:
         """Delete whole segments whose records are all at or below ``seq``."""

@@ -54,6 +54,13 @@ class Batch:
 
     #: An admin operation to journal (``arenad.daemon.admin``); such a batch has no items.
     control: ControlRequest | None = None
+    #: Records already checked elsewhere, as (record kind, stored row) pairs: what a cluster
+    #: replica takes from the stream (``arenad.cluster.wire``). The engine task numbers and
+    #: journals them as they are, without the wall-clock and duplicate checks of ``items``
+    #: (those ran once, on the ingest node), so every replica journals the same records.
+    rows: list[tuple[int, Any]] | None = None
+    #: The sequence number of the last record this batch became (set by the engine task).
+    last_seq: int = 0
 
     def decoded(self) -> list[KillEvent | PlacementEvent | Reject]:
         """The items, decoding ``payload`` once on first use."""
@@ -101,8 +108,9 @@ class ModelFigures:
 #: line over ``max_line``.
 QUERY_REJECT_REASONS: tuple[str, ...] = ("rate_limited", "too_many_connections", "oversize")
 
-#: What failed to write (``arenad_storage_errors_total{op}``): a journal append or fsync, a checkpoint.
-STORAGE_OPS: tuple[str, ...] = ("journal", "checkpoint", "archive")
+#: What failed to write (``arenad_storage_errors_total{op}``): a journal append or fsync, a checkpoint,
+#: the archive, a publish to the cluster's stream (an ingest node: no quorum, no ack in time).
+STORAGE_OPS: tuple[str, ...] = ("journal", "checkpoint", "archive", "stream")
 
 
 @dataclass(slots=True)

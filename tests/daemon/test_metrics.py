@@ -208,6 +208,7 @@ class TestExportedValues:
             one("arenad_storage_errors_total", op="journal"): 20,
             one("arenad_storage_errors_total", op="checkpoint"): 0,
             one("arenad_storage_errors_total", op="archive"): 0,
+            one("arenad_storage_errors_total", op="stream"): 0,
             one("arenad_scope_players", scope="global"): 100,
             one("arenad_scope_players", scope="server:eu-1"): 30,
             one("arenad_scope_players_active", scope="global"): 40,
