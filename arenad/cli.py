@@ -759,7 +759,9 @@ def _cluster(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415 - only this command talks to NATS
 
     from arenad.cluster.heartbeat import format_status, status  # noqa: PLC0415
+    from arenad.daemon.logs import configure_logging  # noqa: PLC0415
 
+    configure_logging("console", "warning")  # on stderr: stdout is the answer
     settings = load_checked(args.config).cluster
     if args.servers:
         settings = settings.model_copy(update={"servers": tuple(u.strip() for u in args.servers.split(","))})

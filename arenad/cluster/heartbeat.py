@@ -1,4 +1,4 @@
-"""Each node's heartbeat in the ``arenad_nodes`` bucket, and what ``arenad cluster status`` reads.
+"""Each node's heartbeat in the ``<stream>_nodes`` bucket, and what ``arenad cluster status`` reads.
 
 Every node puts one small JSON document under its own name about once a second: its role, the
 stream position it has applied (a replica) or published to (an ingest), its lag behind the
@@ -21,7 +21,7 @@ import nats.js.errors
 import structlog
 
 from arenad import __version__
-from arenad.cluster.link import LEASE_BUCKET, NODES_BUCKET, Link
+from arenad.cluster.link import Link, lease_bucket, nodes_bucket
 from arenad.daemon.config_cluster import ClusterSettings
 
 log = structlog.get_logger("arenad.cluster")
@@ -80,9 +80,9 @@ async def status(settings: ClusterSettings, timeout: float = 10.0) -> dict[str, 
                 if cluster
                 else [],
             },
-            "lease": {"bucket": LEASE_BUCKET, "holder": holder},
+            "lease": {"bucket": lease_bucket(settings), "holder": holder},
             "nodes": nodes,
-            "nodes_bucket": NODES_BUCKET,
+            "nodes_bucket": nodes_bucket(settings),
         }
     finally:
         await link.close()

@@ -1,4 +1,4 @@
-"""The leader lease: one key in the ``arenad_lease`` bucket, held by at most one replica.
+"""The leader lease: one key in the ``<stream>_lease`` bucket, held by at most one replica.
 
 The bucket's TTL is ``[cluster] lease_ttl``: a key not written again within it lapses. The
 holder writes it again every third of the TTL with a compare-and-set on its own revision

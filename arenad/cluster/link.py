@@ -8,8 +8,9 @@ elects its meta leader:
   storage, ``duplicate_window``, ``max_age``): the cluster's journal;
 * the notifications' stream ``<stream>_NOTIFY`` on ``<prefix>-notify.>``: what the leader
   publishes, deduplicated by message id;
-* two key-value buckets: ``arenad_lease`` (the leader lease; its TTL is ``lease_ttl``) and
-  ``arenad_nodes`` (each node's heartbeat for ``arenad cluster status``).
+* two key-value buckets: ``<stream>_lease`` (the leader lease; its TTL is ``lease_ttl``) and
+  ``<stream>_nodes`` (each node's heartbeat for ``arenad cluster status``). Named after the
+  stream, so two clusters sharing NATS servers (a test and a production one) never share a lease.
 
 Two nodes that create the same object at once get the same object: JetStream answers a create
 of an identical configuration with the existing one.
@@ -38,8 +39,6 @@ from arenad.errors import ArenadError
 
 log = structlog.get_logger("arenad.cluster")
 
-LEASE_BUCKET = "arenad_lease"
-NODES_BUCKET = "arenad_nodes"
 #: Seconds a node's heartbeat stays in ``arenad_nodes`` after it stops beating.
 NODE_TTL = 30.0
 #: How long ``open`` keeps trying before it gives up (a cluster still electing, a node down).
@@ -58,6 +57,14 @@ def notify_prefix(settings: ClusterSettings) -> str:
     return f"{settings.subject_prefix}-notify"
 
 
+def lease_bucket(settings: ClusterSettings) -> str:
+    return f"{settings.stream}_lease"
+
+
+def nodes_bucket(settings: ClusterSettings) -> str:
+    return f"{settings.stream}_nodes"
+
+
 class Link:
     """A connection, its JetStream context, and the cluster's stream and buckets."""
 
@@ -70,13 +77,15 @@ class Link:
         self.nodes_kv: KeyValue | None = None
         self.connected = False
         self.reconnects = 0
+        self._closing = False
 
     async def open(self, timeout: float = OPEN_TIMEOUT) -> None:
         s = self.settings
 
         async def disconnected() -> None:
             self.connected = False
-            log.warning("nats_disconnected", node=self.name)
+            if not self._closing:
+                log.warning("nats_disconnected", node=self.name)
 
         async def reconnected() -> None:
             self.connected = True
@@ -144,8 +153,8 @@ class Link:
                 max_age=s.max_age or None,
             )
         )
-        self.lease_kv = await self._bucket(LEASE_BUCKET, s.lease_ttl)
-        self.nodes_kv = await self._bucket(NODES_BUCKET, NODE_TTL)
+        self.lease_kv = await self._bucket(lease_bucket(s), s.lease_ttl)
+        self.nodes_kv = await self._bucket(nodes_bucket(s), NODE_TTL)
 
     async def _stream(self, config: StreamConfig) -> None:
         assert self.js is not None
@@ -176,6 +185,7 @@ class Link:
         return int(info.state.last_seq)
 
     async def close(self) -> None:
+        self._closing = True
         if self.nc is not None:
             with contextlib.suppress(Exception):  # closing a connection already lost
                 await self.nc.drain()

@@ -31,6 +31,8 @@ class ClusterFigures:
     published: int = 0  # messages published (an ingest)
     duplicates: int = 0  # publishes the stream already held (retries, redeliveries)
     notifications: int = 0  # notifications the leader published
+    notification_duplicates: int = 0  # notifications the stream already held (a takeover's replay)
+    outbox_kept: int = 0  # notifications kept for a takeover
     rejected: dict[str, int] = field(default_factory=dict)  # stream messages refused, by reason
 
 
@@ -84,6 +86,16 @@ class ClusterCollector:
             "arenad_cluster_notifications_published",
             "Notifications this node published as leader",
             value=f.notifications,
+        )
+        yield CounterMetricFamily(
+            "arenad_cluster_duplicate_notifications",
+            "Notifications published again that the stream already held (a takeover's replay)",
+            value=f.notification_duplicates,
+        )
+        yield GaugeMetricFamily(
+            "arenad_cluster_outbox_kept",
+            "Notifications this replica keeps for a takeover",
+            value=f.outbox_kept,
         )
         rejected = CounterMetricFamily(
             "arenad_cluster_rejected", "Stream messages no replica applies, by reason", labels=["reason"]

@@ -253,6 +253,8 @@ class Daemon:
             position=applied,
             lag=max(0, stream.stream_end - applied) if stream is not None else 0,
             notifications=self.outbox.published if self.outbox is not None else 0,
+            notification_duplicates=self.outbox.duplicates if self.outbox is not None else 0,
+            outbox_kept=len(self.outbox.kept) if self.outbox is not None else 0,
             rejected=dict(stream.rejected) if stream is not None else {},
         )
 
