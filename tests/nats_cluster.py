@@ -94,10 +94,16 @@ class NatsCluster:
             "-n", node.name,
             "-js",
             "-sd", str(node.store),
-            "--cluster_name", "arena",
-            "--cluster", f"nats://127.0.0.1:{node.cluster_port}",
-            "--routes", routes,
         ]  # fmt: skip
+        if self.size > 1:  # one node alone is a plain JetStream server (the unit tests')
+            args += [
+                "--cluster_name",
+                "arena",
+                "--cluster",
+                f"nats://127.0.0.1:{node.cluster_port}",
+                "--routes",
+                routes,
+            ]
         with node.log.open("ab") as out:
             node.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
         if wait:
@@ -114,7 +120,7 @@ class NatsCluster:
                 raise RuntimeError(f"nats-server {node.name} exited:\n{node.log.read_text()[-2000:]}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200 and self._meta_leader(node):
+                    if r.status == 200 and (self.size == 1 or self._meta_leader(node)):
                         return
             except (urllib.error.URLError, OSError) as e:
                 last = str(e)

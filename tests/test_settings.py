@@ -47,6 +47,39 @@ class TestShippedConfig:
         assert loaded.adr.tier_proportions == pytest.approx(defaults.adr.tier_proportions)
 
 
+class TestClusterSection:
+    """[cluster] refuses bad values naming each key; off by default."""
+
+    def test_default_is_off(self) -> None:
+        assert Settings().cluster.role == "off" and not Settings().cluster.enabled
+
+    def test_problems_name_their_keys(self) -> None:
+        data = {
+            "cluster": {
+                "role": "leader",
+                "servers": ["http://x:1"],
+                "stream": "a.b",
+                "subject_prefix": "a b",
+                "filter": ["arena.>.x"],
+                "lease_ttl": 0,
+                "stream_replicas": 7,
+                "nope": 1,
+            }
+        }
+        with pytest.raises(ConfigError) as info:
+            Settings.from_mapping(data)
+        keys = {p.key for p in info.value.problems}
+        assert keys >= {
+            "cluster.role", "cluster.servers", "cluster.stream", "cluster.subject_prefix",
+            "cluster.filter", "cluster.lease_ttl", "cluster.stream_replicas", "cluster.nope",
+        }  # fmt: skip
+
+    def test_a_stream_that_forgets_before_it_deduplicates_is_refused(self) -> None:
+        with pytest.raises(ConfigError) as info:
+            Settings.from_mapping({"cluster": {"max_age": 60.0, "duplicate_window": 600.0}})
+        assert [p.key for p in info.value.problems] == ["cluster.max_age"]
+
+
 class TestDaemonSections:
     """Every problem of the daemon sections is named by key."""
 

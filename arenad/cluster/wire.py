@@ -41,8 +41,10 @@ REJECT_REASONS = ("undecodable", "schema_version", "malformed", "subject")
 MAX_FIELD = 4096
 #: Characters a subject token keeps as they are; every other byte of the UTF-8 form is ``~XX``.
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-#: The token of events without a server id (never the escape of a real one: that is ``~XX``).
+#: The tokens of events without a server id and of the empty server id (never the escape of a
+#: real one: that is ``~XX``).
 NO_SERVER = "~"
+EMPTY_SERVER = "~~"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +61,9 @@ def server_token(server: str | None) -> str:
     ``.``, spaces or wildcards, and a server id may."""
     if server is None:
         return NO_SERVER
-    if server and all(c in _PLAIN for c in server):
+    if not server:
+        return EMPTY_SERVER
+    if all(c in _PLAIN for c in server):
         return server
     return "".join(c if c in _PLAIN else "".join(f"~{b:02X}" for b in c.encode()) for c in server)
 
@@ -68,6 +72,8 @@ def token_server(token: str) -> str | None:
     """The server id of a subject token (``server_token``'s inverse)."""
     if token == NO_SERVER:
         return None
+    if token == EMPTY_SERVER:
+        return ""
     out = bytearray()
     k = 0
     while k < len(token):
@@ -204,6 +210,7 @@ def _row_problem(kind: int, row: Any) -> str:
 
 
 def _time_problem(t: object) -> str:
+    # msgpack carries at most 64-bit integers, so float() cannot overflow here.
     if type(t) not in (int, float) or not math.isfinite(float(t)):  # type: ignore[arg-type]
         return "t must be a finite number"
     return ""
@@ -216,7 +223,10 @@ def _text_problem(value: object, name: str) -> str:
 
 
 def _optional_problem(value: object, name: str) -> str:
-    return "" if value is None else _text_problem(value, name)
+    """A server id or event id: absent, or a string (empty too: the decoders take ``""``)."""
+    if value is None or (isinstance(value, str) and len(value) <= MAX_FIELD):
+        return ""
+    return f"{name} must be null or a string of at most {MAX_FIELD} characters"
 
 
 # ---------------------------------------------------------------------------- chat

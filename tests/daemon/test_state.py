@@ -55,6 +55,32 @@ class TestJournal:
         assert [record_seq(r) for r in got] == [4, 5, 6, 7, 8, 9, 10]
         assert truncations == []
 
+    @pytest.mark.parametrize("upto", [0, 3, 5, 10, 12])
+    def test_cut_after_leaves_exactly_the_records_up_to_a_checkpoint(self, tmp_path: Path, upto: int) -> None:
+        # Segments as the checkpointer leaves them: a new one after each checkpoint (at 5, 10).
+        j = Journal(tmp_path)
+        j.open_segment(1)
+        j.append(records(1, 3))
+        j.append(records(4, 2))
+        j.open_segment(6)
+        j.append(records(6, 5))
+        j.open_segment(11)
+        j.append(records(11, 2))
+        j.close()
+        if upto == 3:  # inside a segment, at a chunk boundary (a checkpoint between two steps)
+            removed = Journal(tmp_path).cut_after(3)
+        else:
+            removed = Journal(tmp_path).cut_after(upto)
+        got, _ = Journal(tmp_path).replay_after(0)
+        assert [record_seq(r) for r in got] == list(range(1, min(upto, 12) + 1))
+        assert removed == 12 - min(upto, 12)
+        j2 = Journal(tmp_path)
+        j2.open_segment(min(upto, 12) + 1)  # the next records follow on without a gap
+        j2.append(records(min(upto, 12) + 1, 1))
+        j2.close()
+        again, _ = Journal(tmp_path).replay_after(0)
+        assert [record_seq(r) for r in again] == list(range(1, min(upto, 12) + 2))
+
     @pytest.mark.parametrize("cut", [1, 5, 9, 13])
     def test_torn_tail_is_cut_at_the_last_whole_record(self, tmp_path: Path, cut: int) -> None:
         j = Journal(tmp_path)
