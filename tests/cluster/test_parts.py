@@ -255,7 +255,7 @@ def test_heartbeat_document_is_json(server: NatsCluster) -> None:
                 try:
                     entry = await link.nodes_kv.get("n1")
                     break
-                except Exception:  # noqa: BLE001 - not written yet
+                except Exception:  # not written yet
                     await asyncio.sleep(0.05)
             doc = json.loads(entry.value or b"{}")
             assert doc["role"] == "replica" and doc["position"] == 7 and doc["node"] == "n1"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import msgpack
@@ -172,7 +173,7 @@ class TestRuns:
         assert [r for _s, part in parts for r in part] == recs
         for server, part in parts:
             assert all(r[4] == server for r in part)  # type: ignore[index]
-        for (s1, _), (s2, _) in zip(parts, parts[1:], strict=False):
+        for (s1, _), (s2, _) in itertools.pairwise(parts):
             assert s1 != s2  # consecutive runs of one server are merged
 
     def test_a_long_run_is_split(self) -> None:

@@ -67,10 +67,8 @@ class TestJournal:
         j.open_segment(11)
         j.append(records(11, 2))
         j.close()
-        if upto == 3:  # inside a segment, at a chunk boundary (a checkpoint between two steps)
-            removed = Journal(tmp_path).cut_after(3)
-        else:
-            removed = Journal(tmp_path).cut_after(upto)
+        # upto 3: inside a segment, at a chunk boundary (a checkpoint between two steps)
+        removed = Journal(tmp_path).cut_after(upto)
         got, _ = Journal(tmp_path).replay_after(0)
         assert [record_seq(r) for r in got] == list(range(1, min(upto, 12) + 1))
         assert removed == 12 - min(upto, 12)
