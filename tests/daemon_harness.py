@@ -182,11 +182,12 @@ class DaemonProcess:
         players = int(self.query({"op": "stats", "scope": scope})["players"])
         rows: list[dict[str, Any]] = []
         while len(rows) < players:
-            out = self.query(
-                {"op": "top", "n": min(1000, players - len(rows)), "offset": len(rows), "scope": scope}
-            )
+            want = min(1000, players - len(rows))
+            out = self.query({"op": "top", "n": want, "offset": len(rows), "scope": scope})
             assert out["ok"], out
             rows.extend(out["players"])
+            if len(out["players"]) < want:  # hidden players count in stats but are not listed
+                break
         return rows
 
 

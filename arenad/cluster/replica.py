@@ -44,7 +44,7 @@ from arenad.cluster.wire import (
 from arenad.daemon.config_cluster import ClusterSettings
 from arenad.daemon.sources.ports import SourceContext
 from arenad.daemon.types import Batch, ControlRequest
-from arenad.records import ControlRecord
+from arenad.records import KIND_CONTROL, ControlRecord
 
 log = structlog.get_logger("arenad.cluster")
 
@@ -52,16 +52,6 @@ log = structlog.get_logger("arenad.cluster")
 REJECT_LOG_INTERVAL = 10.0
 #: Position key of the stream in the checkpoint's ``positions``.
 POSITION = "stream"
-
-
-def _resolver(waiter: asyncio.Future[int], batch: Batch) -> Callable[[], None]:
-    """A batch's ``done``: tell the admin operation that published it its sequence number."""
-
-    def done() -> None:
-        if not waiter.done():
-            waiter.set_result(batch.last_seq)
-
-    return done
 
 
 def stream_position(positions: dict[str, dict[str, Any]]) -> int:
@@ -73,10 +63,17 @@ class StreamSource:
 
     name = "stream"
 
-    def __init__(self, settings: ClusterSettings, link: Link, chat_gate: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        link: Link,
+        chat_gate: Callable[[], bool],
+        on_recompute: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.link = link
         self.chat_gate = chat_gate
+        self.on_recompute = on_recompute
         self.dropped: Counter[str] = Counter()  # never: the consumer waits for queue space
         self.rejected: Counter[str] = Counter(dict.fromkeys(REJECT_REASONS, 0))
         self.position = 0  # the stream sequence of the last message queued
@@ -163,11 +160,9 @@ class StreamSource:
                 self._reject(decoded, seq, subject)
             else:
                 rows.extend(decoded)
-                waiter = (
-                    self._waiters.pop((msg.headers or {}).get("Nats-Msg-Id", ""), None) if control else None
-                )
-                if waiter is not None:
-                    batch.done = _resolver(waiter, batch)
+                if control:
+                    waiter = self._waiters.pop((msg.headers or {}).get("Nats-Msg-Id", ""), None)
+                    batch.done = self._applied(batch, waiter)
         elif subject.endswith(".chat"):
             line = decode_chat(msg.data)
             if isinstance(line, WireReject):
@@ -178,6 +173,25 @@ class StreamSource:
             self._reject(WireReject("subject", f"no records on {subject!r}"), seq, subject)
         self.position = seq
         await ctx.queue.put(batch)
+
+    def _applied(self, batch: Batch, waiter: asyncio.Future[int] | None) -> Callable[[], None] | None:
+        """A control batch's ``done`` (it runs once the records are applied): a recompute
+        request goes to this replica's recomputer, and the admin operation that published the
+        batch here learns its sequence number."""
+        recompute = [
+            row[2] for kind, row in batch.rows or () if kind == KIND_CONTROL and row[1] == "recompute"
+        ]
+        if waiter is None and not (recompute and self.on_recompute is not None):
+            return None
+
+        def done() -> None:
+            if self.on_recompute is not None:
+                for args in recompute:
+                    self.on_recompute(args)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(batch.last_seq)
+
+        return done
 
     def _reject(self, reject: WireReject, seq: int, subject: str) -> None:
         self.rejected[reject.reason] += 1

@@ -129,7 +129,9 @@ class AdminPort(Protocol):
         """Event time of the first record in history up to ``upto`` that ``rule`` matches."""
         ...
 
-    def request_recompute(self, scope: str | None, from_t: float | None, reason: str) -> dict[str, Any]: ...
+    async def request_recompute(self, scope: str | None, from_t: float | None, reason: str) -> dict[str, Any]:
+        """Start a recompute (on a cluster replica: on every replica, through the stream)."""
+        ...
 
     def recompute_status(self) -> dict[str, Any]: ...
 
@@ -322,7 +324,7 @@ class AdminHandler:
                 rule = Rule(id=ex.next_id(), player=name, into=into, reason="one spelling of Steam IDs")
                 await self._journal("merge", rule.as_dict())  # applied on return: next_id moves on
                 merged.append(rule.as_dict())
-        status = d.request_recompute(None, None, "canonical Steam IDs") if merged else None
+        status = await d.request_recompute(None, None, "canonical Steam IDs") if merged else None
         return {"merges": merged, "recompute": status}
 
     async def _op_aliases(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -358,7 +360,7 @@ class AdminHandler:
             from_t = await d.first_match_time(rule, upto)
             if from_t is None:
                 return None  # the player never played: nothing to recompute
-        return d.request_recompute(
+        return await d.request_recompute(
             None, from_t if from_t is not None and math.isfinite(from_t) else None, reason
         )
 
@@ -378,7 +380,7 @@ class AdminHandler:
             except (KeyError, ValueError) as e:
                 raise AdminError(f"scope {scope!r}: {e.args[0] if e.args else e}") from None
         from_t = _time(req, "from")
-        return {"recompute": d.request_recompute(key, from_t, "admin")}
+        return {"recompute": await d.request_recompute(key, from_t, "admin")}
 
     async def _op_recompute_status(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"recompute": self.daemon.recompute_status()}

@@ -201,6 +201,8 @@ class Applier:
             sc.hidden.add(str(rec.args["player"]))
         elif rec.op == "unhide":
             sc.hidden.discard(str(rec.args["player"]))
+        elif rec.op == "recompute":
+            pass  # a cluster's request to every replica's recomputer (arenad.cluster.replica): no rating here
         else:
             raise StateError(f"control record {rec.op!r} at event {rec.seq}: written by a newer arenad")
 

@@ -205,9 +205,20 @@ class Daemon:
         if c.role == "replica":
             self.lease = Lease(self.link, c.lease_ttl, on_change=self._lease_changed)
             self.outbox = Outbox(self.link, c, settings.notify, lambda: self._leader)
-        self.stream = StreamSource(c, self.link, chat_gate=lambda: self._leader)
+        self.stream = StreamSource(
+            c, self.link, chat_gate=lambda: self._leader, on_recompute=self._recompute_requested
+        )
         self.sources = [self.stream]
         self.state.stamped = False  # replicas at one position write one checkpoint, byte for byte
+
+    def _recompute_requested(self, args: dict[str, Any]) -> None:
+        """A ``recompute`` control record applied from the stream: this replica's share of it."""
+        scope, from_t = args.get("scope"), args.get("from")
+        self.recomputer.request(
+            scope if isinstance(scope, str) else None,
+            float(from_t) if isinstance(from_t, int | float) and not isinstance(from_t, bool) else None,
+            str(args.get("reason", "cluster")),
+        )
 
     @property
     def _leader(self) -> bool:
@@ -652,8 +663,15 @@ class _AdminPort:
                 first_match_time, store.path, Exclusions([rule]), upto, store.archive_reader()
             )
 
-    def request_recompute(self, scope: str | None, from_t: float | None, reason: str) -> dict[str, Any]:
-        return self._d.recomputer.request(scope, from_t, reason)
+    async def request_recompute(self, scope: str | None, from_t: float | None, reason: str) -> dict[str, Any]:
+        stream = self._d.stream
+        if stream is None:
+            return self._d.recomputer.request(scope, from_t, reason)
+        # A cluster replica: every replica recomputes, each when the request reaches it in the
+        # stream (after the rule it follows), so all of them swap in the same state.
+        args = {"scope": scope, "from": from_t, "reason": reason}
+        await stream.publish_control(ControlRequest("recompute", args, self.control_time()))
+        return self._d.recomputer.status.as_dict()
 
     def recompute_status(self) -> dict[str, Any]:
         return self._d.recomputer.status.as_dict()

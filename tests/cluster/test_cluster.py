@@ -132,10 +132,22 @@ class TestReplicasAgree:
         assert out["ok"], out
         assert r1.query({"op": "get", "player": hidden})["ok"] is False  # applied before the answer
         wait_until(lambda: r2.query({"op": "get", "player": hidden})["ok"] is False, TIMEOUT, "hide on r2")
+        # An exclusion re-rates history: every replica recomputes when the request reaches it in
+        # the stream, and each swaps in the same state.
+        cheat = first[1]["victim"]
+        out = r1.admin({"op": "exclude", "player": cheat, "reason": "test"})
+        assert out["ok"] and out["recompute"] is not None, out
         second = kills(200, seed=5, start=time.time() - 250)
         ingest.send_events(second)
         for r in (r1, r2):
-            wait_until(settled(r, len(first) + len(second)), TIMEOUT, "second part applied")
+            wait_until(
+                lambda r=r: (lambda x: x["runs"] >= 1 and not x["running"])(r.stats()["recompute"]),
+                TIMEOUT,
+                f"{r.state_dir.name} recomputed",
+            )
+            assert int(r.stats()["excluded"]) > 0
+        assert r1.ladder() == r2.ladder()
+        assert cheat not in {row["player"] for row in r1.ladder()}
         stop_all(r1, r2, ingest)
         assert newest_checkpoint(r1.state_dir).read_bytes() == newest_checkpoint(r2.state_dir).read_bytes()
 
