@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,11 @@ def mqtt_ready(ingest: Any) -> None:
     """The ingest's MQTT session is up (its subscription exists: what is published from now on
     reaches it, or waits for it in the broker)."""
     wait_until(lambda: ingest.metric("arenad_mqtt_connected") == 1, TIMEOUT, "the ingest's MQTT session")
+
+
+def recomputed(replica: Any) -> bool:
+    status = replica.stats()["recompute"]
+    return bool(status["runs"] >= 1 and not status["running"])
 
 
 def publish_raw(urls: list[str], subject: str, bodies: list[bytes]) -> None:
@@ -140,11 +146,7 @@ class TestReplicasAgree:
         second = kills(200, seed=5, start=time.time() - 250)
         ingest.send_events(second)
         for r in (r1, r2):
-            wait_until(
-                lambda r=r: (lambda x: x["runs"] >= 1 and not x["running"])(r.stats()["recompute"]),
-                TIMEOUT,
-                f"{r.state_dir.name} recomputed",
-            )
+            wait_until(partial(recomputed, r), TIMEOUT, f"{r.state_dir.name} recomputed")
             assert int(r.stats()["excluded"]) > 0
         assert r1.ladder() == r2.ladder()
         assert cheat not in {row["player"] for row in r1.ladder()}
