@@ -260,6 +260,45 @@ class TestFaults:
         assert payload["kind"] in ("placed", "promoted", "demoted")
 
 
+class TestRoles:
+    """A replica kept to some servers' subjects (scale-out by scope); shadows on their own node."""
+
+    def test_scoped_replica_and_shadow_node(self, nodes: Nodes, tmp_path: Path) -> None:
+        ingest = nodes.start("ingest", "ingest")
+        shadows = '[models]\nshadows = ["elo"]\n'
+        full = nodes.start("full", "replica", extra=shadows)  # shadows listed, not run on a replica
+        eu = nodes.start("eu", "replica", cluster=f'filter = ["{nodes.prefix}.eu-1.kills"]')
+        shadow = nodes.start("shadow", "shadow", extra=shadows)
+        now = time.time()
+        eu_kills = kills(500, seed=12, server="eu-1", start=now - 1200)
+        us_kills = kills(500, seed=13, server="us-1", start=now - 600)
+        ingest.send_events(eu_kills)
+        ingest.send_events(us_kills)
+        wait_until(settled(full, 1000), TIMEOUT, "the full replica applies both servers")
+        wait_until(settled(shadow, 1000), TIMEOUT, "the shadow node applies both servers")
+        wait_until(
+            lambda: eu.metric("arenad_cluster_lag_messages") == 0 and eu.stats()["journal_seq"] > 0,
+            TIMEOUT,
+            "the eu replica is current",
+        )
+        stats = eu.stats()
+        assert int(stats["applied"]) + int(stats["filtered"]) == len(eu_kills)  # us-1 never reached it
+        assert_ladder_equals_replay(eu, offline_ladder(tmp_path, eu_kills))
+        assert set(full.series("arenad_model_predictions_total", "model")) == {"adr"}
+        wait_until(
+            lambda: shadow.series("arenad_model_predictions_total", "model").get("elo", 0) > 0,
+            TIMEOUT,
+            "the shadow node scores elo",
+        )
+        assert (
+            shadow.metric("arenad_cluster_leader") == 0
+            and eu.metric("arenad_cluster_leader") + full.metric("arenad_cluster_leader") == 1
+        )
+        assert_ladder_equals_replay(
+            full, offline_ladder(tmp_path, stream_kills(nodes.cluster.urls, nodes.stream))
+        )
+
+
 class TestStatus:
     """``arenad cluster status`` shows the nodes, their positions and lag, and the lease holder."""
 

@@ -17,6 +17,7 @@ import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from arenad.cluster.metrics import ClusterCollector, ClusterFigures, publish_histogram
 from arenad.core.params import TIER_NAMES
 from arenad.daemon.metrics import Metrics, serve_metrics
 from arenad.daemon.types import MetricsSnapshot, ModelFigures
@@ -507,6 +508,9 @@ def live_exposition() -> str:
     metrics.query_seconds.labels(op="rank").observe(1e-4)  # a labelled histogram has no series before
     metrics.model_update_seconds.labels(model="adr").observe(1e-5)
     metrics.web.observe("api.player", 200, 1e-4)
+    # What a cluster node adds (arenad.cluster.metrics): its collector and the publish latency.
+    metrics.registry.register(ClusterCollector(lambda: ClusterFigures(role="replica")))
+    publish_histogram(metrics.registry).observe(1e-3)
     return scrape(metrics)
 
 
@@ -545,6 +549,10 @@ class TestDashboard:
             "arenad_model_brier",
             "arenad_model_ece",
             "arenad_model_auc",
+            # issue 18: consumer lag, publish latency, lease changes
+            "arenad_cluster_lag_messages",
+            "arenad_cluster_publish_seconds_bucket",
+            "arenad_cluster_lease_changes_total",
         ):
             assert re.search(rf"\b{name}\b", queries), name
 
