@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 from daemon_harness import DaemonProcess
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats_cluster import NatsCluster
@@ -90,9 +91,14 @@ def stream_messages(
             deadline = time.monotonic() + timeout
             seen = 0
             while seen < last and time.monotonic() < deadline:
-                for msg in await sub.fetch(500, timeout=5):
+                try:
+                    batch = await sub.fetch(500, timeout=5)
+                except nats.errors.TimeoutError:
+                    continue  # a stream leader being elected: ask again
+                for msg in batch:
                     seen = int(msg.metadata.sequence.stream)
                     out.append((msg.subject, msg.data, dict(msg.headers or {})))
+            assert seen >= last, f"read {seen} of {last} messages of {stream} in {timeout} s"
             return out
         finally:
             await nc.close()

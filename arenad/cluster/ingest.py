@@ -26,6 +26,7 @@ from arenad.cluster.link import ClusterError, Link, headers
 from arenad.cluster.wire import encode_records, kills_subject, message_id
 from arenad.daemon.config_cluster import ClusterSettings
 from arenad.daemon.pipeline import Pipeline
+from arenad.daemon.types import Batch
 from arenad.records import ControlRecord, JournalRecord, record_seq
 
 log = structlog.get_logger("arenad.cluster")
@@ -40,16 +41,26 @@ def _server(rec: JournalRecord) -> str | None:
     return None if isinstance(rec, ControlRecord) else rec.server
 
 
-def runs(records: Sequence[JournalRecord]) -> list[tuple[str | None, Sequence[JournalRecord]]]:
-    """Consecutive records of one server, in order, at most ``MAX_MESSAGE_RECORDS`` each: one
-    message each, so the stream holds the records in the order the ingest accepted them."""
+def runs(
+    records: Sequence[JournalRecord], ends: Sequence[int] = ()
+) -> list[tuple[str | None, Sequence[JournalRecord]]]:
+    """Consecutive records of one server and one source batch, in order, at most
+    ``MAX_MESSAGE_RECORDS`` each: one message each, so the stream holds the records in the order
+    the ingest accepted them. ``ends`` are the sequence numbers at which source batches end.
+
+    A message never spans two source batches: an MQTT message redelivered after an ingest
+    restart becomes the same stream message again, whatever else shares its step then, so its
+    message id is the same and the stream keeps it once.
+    """
     out: list[tuple[str | None, Sequence[JournalRecord]]] = []
+    cut = set(ends)
     start = 0
     for k in range(1, len(records) + 1):
         if (
             k == len(records)
             or _server(records[k]) != _server(records[start])
             or k - start >= MAX_MESSAGE_RECORDS
+            or record_seq(records[k - 1]) in cut
         ):
             out.append((_server(records[start]), records[start:k]))
             start = k
@@ -68,8 +79,9 @@ class Publisher:
         self.messages = 0
         self.duplicates = 0  # publishes the stream had already (a retry, a redelivery)
 
-    async def publish(self, records: Sequence[JournalRecord]) -> None:
-        """Every record into the stream; returns once all are acknowledged, else ``ClusterError``."""
+    async def publish(self, records: Sequence[JournalRecord], ends: Sequence[int] = ()) -> None:
+        """Every record into the stream (``runs``: ``ends`` where source batches end); returns
+        once all are acknowledged, else ``ClusterError``."""
         js = self.link.js
         if js is None:
             raise ClusterError("not connected to NATS")
@@ -77,7 +89,7 @@ class Publisher:
         started = time.perf_counter()
         futures: list[asyncio.Future[Any]] = []
         try:
-            for server, part in runs(records):
+            for server, part in runs(records, ends):
                 body = encode_records(part)
                 futures.append(
                     await js.publish_async(
@@ -105,9 +117,9 @@ class IngestPipeline(Pipeline):
     applies = False
     publisher: Publisher
 
-    async def persist(self, records: list[JournalRecord], mark: int) -> bool:
+    async def persist(self, records: list[JournalRecord], batches: list[Batch], mark: int) -> bool:
         try:
-            await self.publisher.publish(records)
+            await self.publisher.publish(records, [b.last_seq for b in batches])
         except ClusterError as e:
             self.faults.failed("stream", e, seq=record_seq(records[0]), events=len(records))
             return False

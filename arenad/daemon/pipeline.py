@@ -205,6 +205,7 @@ class Pipeline:
                 if work >= slice_events:
                     work = 0
                     await asyncio.sleep(0)  # let queries and sources run between slices
+            batch.last_seq = seq
         self.metrics.step_events.observe(taken)
         mark = self.journal.size
         if not await self.commit(records, batches, mark):
@@ -224,7 +225,7 @@ class Pipeline:
         """
         st = self.state
         if records:
-            if not await self.persist(records, mark):
+            if not await self.persist(records, batches, mark):
                 return False
             st.seq = record_seq(records[-1])
         self.faults.recovered(self.durable_op)
@@ -248,9 +249,9 @@ class Pipeline:
     durable_op = "journal"
     applies = True
 
-    async def persist(self, records: list[JournalRecord], mark: int) -> bool:
-        """Journal and fsync ``records``; on a failure cut the journal back to ``mark``, count
-        the fault and return ``False``."""
+    async def persist(self, records: list[JournalRecord], batches: list[Batch], mark: int) -> bool:
+        """Journal and fsync ``records`` (of ``batches``); on a failure cut the journal back to
+        ``mark``, count the fault and return ``False``."""
         try:
             if self.journal.size != mark:
                 self.journal.rewind(mark)  # a cut that failed last time

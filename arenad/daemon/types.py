@@ -59,7 +59,8 @@ class Batch:
     #: journals them as they are, without the wall-clock and duplicate checks of ``items``
     #: (those ran once, on the ingest node), so every replica journals the same records.
     rows: list[tuple[int, Any]] | None = None
-    #: The sequence number of the last record this batch became (set by the engine task).
+    #: The sequence number of the last record this batch became, or of the one before it when
+    #: it became none (set by the engine task): where its records end in the step's list.
     last_seq: int = 0
 
     def decoded(self) -> list[KillEvent | PlacementEvent | Reject]:

@@ -191,7 +191,7 @@ class TestFaults:
         wait_until(settled(r1, len(evs)), TIMEOUT, "the stream stays writable with one server down")
         stream = stream_kills(nodes.cluster.urls[1:], nodes.stream)
         received = int(ingest.metric("arenad_events_received_total", 'source="udp"'))
-        assert len(stream) == received == len(evs)  # nothing the ingest took is missing
+        assert len(stream) == received == len(evs), (len(stream), received, len(evs))  # nothing is missing
         nodes.cluster.start_node(nodes.cluster.nodes[0])
         assert_ladder_equals_replay(r1, offline_ladder(tmp_path, stream))
 

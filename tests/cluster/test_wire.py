@@ -26,7 +26,7 @@ from arenad.cluster.wire import (
     token_server,
 )
 from arenad.feeds import ChatLine
-from arenad.records import ControlRecord, JournalRecord, PlacementRecord
+from arenad.records import ControlRecord, JournalRecord, PlacementRecord, record_seq
 
 names = st.text(min_size=1, max_size=40)
 servers = st.one_of(st.none(), st.text(max_size=30))
@@ -175,6 +175,17 @@ class TestRuns:
             assert all(r[4] == server for r in part)  # type: ignore[index]
         for (s1, _), (s2, _) in itertools.pairwise(parts):
             assert s1 != s2  # consecutive runs of one server are merged
+
+    def test_a_message_never_spans_two_source_batches(self) -> None:
+        recs: list[JournalRecord] = [(k, 0.0, "x", "y", "s", str(k)) for k in range(1, 11)]
+        assert [[record_seq(r) for r in p] for _s, p in runs(recs, [3, 3, 7, 10])] == [
+            [1, 2, 3],
+            [4, 5, 6, 7],
+            [8, 9, 10],
+        ]
+        # the same batch in another step, with other batches around it: the same message
+        alone = runs(recs[3:7], [7])
+        assert [list(p) for _s, p in alone] == [recs[3:7]]
 
     def test_a_long_run_is_split(self) -> None:
         recs: list[JournalRecord] = [
