@@ -39,7 +39,9 @@ class Nodes:
         self.prefix = f"t{tag}"
         self.procs: list[DaemonProcess] = []
 
-    def config(self, name: str, role: str, extra: str = "", cluster: str = "") -> Path:
+    def config(
+        self, name: str, role: str, extra: str = "", cluster: str = "", checkpoint: float = 1.0
+    ) -> Path:
         path = self.root / f"{name}.toml"
         path.write_text(
             f"""[cluster]
@@ -52,7 +54,7 @@ lease_ttl = 3.0
 publish_timeout = 3.0
 {cluster}
 [daemon]
-checkpoint_interval = 1.0
+checkpoint_interval = {checkpoint}
 {extra}
 """,
             encoding="utf-8",
@@ -60,9 +62,16 @@ checkpoint_interval = 1.0
         return path
 
     def start(
-        self, name: str, role: str, *, extra: str = "", cluster: str = "", mqtt: str | None = None
+        self,
+        name: str,
+        role: str,
+        *,
+        extra: str = "",
+        cluster: str = "",
+        mqtt: str | None = None,
+        checkpoint: float = 1.0,
     ) -> DaemonProcess:
-        proc = DaemonProcess(self.root / name, self.config(name, role, extra, cluster))
+        proc = DaemonProcess(self.root / name, self.config(name, role, extra, cluster, checkpoint))
         self.procs.append(proc)
         return proc.start(udp="127.0.0.1:0" if role == "ingest" else "off", mqtt=mqtt)
 
