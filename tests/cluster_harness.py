@@ -21,6 +21,7 @@ from typing import Any
 
 import nats
 import nats.errors
+import nats.js.errors
 from daemon_harness import DaemonProcess
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats_cluster import NatsCluster
@@ -89,15 +90,22 @@ def stream_messages(
         nc = await nats.connect(servers=urls, connect_timeout=5)
         try:
             js = nc.jetstream()
-            info = await js.stream_info(stream)
+            deadline = time.monotonic() + timeout
+            while True:  # after a server died, JetStream answers again once it has elected leaders
+                try:
+                    info = await js.stream_info(stream)
+                    sub = await js.pull_subscribe(
+                        ">", stream=stream, config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
+                    )
+                    break
+                except (nats.errors.TimeoutError, nats.js.errors.Error):
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.2)
             last = int(info.state.last_seq)
             out: list[tuple[str, bytes, dict[str, str]]] = []
             if last == 0:
                 return out
-            sub = await js.pull_subscribe(
-                ">", stream=stream, config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
-            )
-            deadline = time.monotonic() + timeout
             seen = 0
             while seen < last and time.monotonic() < deadline:
                 try:

@@ -202,6 +202,8 @@ class Daemon:
             self.notifier = Notifier(settings.notify) if settings.notify.enabled else None
             return
         self.link = Link(c, node_name(c))
+        if settings.notify.enabled:  # docs/operations.md "Cluster": the leader publishes to NATS
+            log.warning("notify_mqtt_unused_in_cluster", role=c.role, notifications=f"{c.stream}_NOTIFY")
         if c.role == "replica":
             self.lease = Lease(self.link, c.lease_ttl, on_change=self._lease_changed)
             self.outbox = Outbox(self.link, c, settings.notify, lambda: self._leader)
