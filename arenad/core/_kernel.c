@@ -14,8 +14,8 @@
  * It handles only what is common; it returns None *before changing anything* when an event
  * needs the Python path: a newcomer beyond the player cap, a self-kill, a non-finite or
  * too-late time, or a time that is not a float. The rare steps inside an update call back into
- * the Engine's own Python methods: §2.3 expiry and activation, §8.2/§8.3 pooling, §6.1
- * placement and §6.4 accumulators beyond the inline common case, and the window's exact re-sum.
+ * the Engine's own Python methods: §2.3 expiry and activation, §8.2/§8.3 pooling, a §6.1
+ * placement during a season (Engine._n0 set), and the window's first block and exact re-sum.
  *
  * Compiled with -ffp-contract=off: a fused multiply-add would round differently from Python.
  */
@@ -48,13 +48,14 @@ static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l'
 enum {
     K_CLOCK, K_LATE, K_FILTERED, K_NACTIVE, K_SUM_ACTIVE, K_SUM_ALL, K_SUM_SIGMA, K_RLO, K_RHI,
     K_DELTA_A, K_DELTA_B, K_APPLIED, K_NAMES, K_IDS, K_COOLDOWN, K_LOG, K_EXPIRY, K_ACTIVE,
-    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, K_RECAL_APPLIED, K_LADDER_OK, NKEYS
+    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, K_RECAL_APPLIED, K_LADDER_OK,
+    K_NEG_BOUNDS, K_TIER_COUNTS, K_TIER_CHANGES, NKEYS
 };
 static const char *const key_names[NKEYS] = {
     "clock", "late_applied", "filtered", "_n_active", "_sum_r_active", "_sum_r_all", "_sum_sigma",
     "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied", "names", "ids",
     "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied",
-    "_ladder_ok"};
+    "_ladder_ok", "_neg_bounds", "_tier_counts", "tier_changes"};
 
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
@@ -127,7 +128,7 @@ typedef struct {
 /* The scalars that are Python ints (the others are floats). */
 #define INT_KEYS                                                                                                 \
     ((1ULL << K_LATE) | (1ULL << K_FILTERED) | (1ULL << K_NACTIVE) | (1ULL << K_APPLIED) | (1ULL << K_QN) |     \
-     (1ULL << K_RECAL_APPLIED))
+     (1ULL << K_RECAL_APPLIED) | (1ULL << K_TIER_CHANGES))
 
 static inline double *dcol(PyObject *o) { return (double *)((ArrayObject *)o)->ob_item; }
 static inline int64_t *icol(PyObject *o) { return (int64_t *)((ArrayObject *)o)->ob_item; }
@@ -654,23 +655,101 @@ static int add_player(KernelObject *self, PyObject *name) {
     return 1;
 }
 
-/* Kernel.apply(attacker, victim, t) -> Outcome.APPLIED | Outcome.FILTERED | None (Python path). */
-static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "apply(attacker, victim, t)");
-    PyObject *attacker = args[0], *victim = args[1], *t_obj = args[2];
+/* Engine._tier_counts[k] += d; 0, or -1 with an error. The list is checked by the caller. */
+static int tier_count_add(PyObject *counts, Py_ssize_t k, long d) {
+    PyObject *old = PyList_GET_ITEM(counts, k);
+    long n = PyLong_AsLong(old);
+    if (n == -1 && PyErr_Occurred()) return -1;
+    PyObject *v = PyLong_FromLong(n + d);
+    if (!v) return -1;
+    PyList_SET_ITEM(counts, k, v);
+    Py_DECREF(old);
+    return 0;
+}
+
+/* The tier counts when tier_place and tier_move may change them in C: a list of TIER_COUNT + 1
+ * exact ints; NULL (no error) when Python must, or with an error. */
+static PyObject *tier_counts(KernelObject *self) {
+    PyObject *counts = ITEM(K_TIER_COUNTS);
+    if (!counts) return NULL;
+    if (!PyList_CheckExact(counts) || PyList_GET_SIZE(counts) != TIER_COUNT + 1) return NULL;
+    for (Py_ssize_t k = 0; k <= TIER_COUNT; k++)
+        if (!PyLong_CheckExact(PyList_GET_ITEM(counts, k))) return NULL;
+    return counts;
+}
+
+/* Engine._move_tier(i, old, new): 1 when done, 0 when Python must (the counts' shape), -1 with
+ * an error. */
+static int tier_move(KernelObject *self, PyObject *tier_obj, double *acc, Py_ssize_t i, int old, int new) {
+    PyObject *counts = tier_counts(self);
+    if (!counts) return PyErr_Occurred() ? -1 : 0;
+    if (tier_count_add(counts, old, -1) < 0 || tier_count_add(counts, new, 1) < 0) return -1;
+    PyByteArray_AS_STRING(tier_obj)[i] = (char)new;
+    acc[i] = 0.0;
+    return increment(self, K_TIER_CHANGES) < 0 ? -1 : 1;
+}
+
+/* §6.1 placement of player i at rating r, for an engine without a season's counts (_n0 None):
+ * the tier 1 + bisect_left(Engine._neg_bounds, -r), its count, a zero accumulator. 1 when done,
+ * 0 when Python must (_n0 set, bounds or counts of another shape), -1 with an error. The
+ * caller has checked n_min and sigma_place against the event count since the engine began. */
+static int tier_place(KernelObject *self, PyObject *tier_obj, double *acc, Py_ssize_t i, double r) {
+    PyObject *n0 = slot_at(self->engine, self->off_n0, s_n0);
+    PyObject *neg = ITEM(K_NEG_BOUNDS);
+    if (!n0 || !neg) return -1;
+    if (n0 != Py_None || !PyList_CheckExact(neg)) return 0;
+    PyObject *counts = tier_counts(self);
+    if (!counts) return PyErr_Occurred() ? -1 : 0;
+    double x = -r;
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(neg);
+    while (lo < hi) { /* bisect_left, comparing floats as Python does */
+        Py_ssize_t mid = (lo + hi) / 2;
+        PyObject *b = PyList_GET_ITEM(neg, mid);
+        if (!PyFloat_CheckExact(b)) return 0;
+        if (PyFloat_AS_DOUBLE(b) < x) lo = mid + 1;
+        else hi = mid;
+    }
+    Py_ssize_t k = 1 + lo;
+    if (k > TIER_COUNT) return 0;
+    if (tier_count_add(counts, k, 1) < 0) return -1;
+    PyByteArray_AS_STRING(tier_obj)[i] = (char)k;
+    acc[i] = 0.0;
+    return 1;
+}
+
+/* attacker == victim as Python compares them; -1 with an error. Two ready exact strs are
+ * compared here as unicode_compare_eq does (length, kind, then the code units). */
+static inline int same_player(PyObject *attacker, PyObject *victim) {
+    if (attacker == victim) return 1;
+    if (PyUnicode_CheckExact(attacker) && PyUnicode_CheckExact(victim) && PyUnicode_IS_READY(attacker) &&
+        PyUnicode_IS_READY(victim)) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(attacker);
+        int kind = PyUnicode_KIND(attacker);
+        return n == PyUnicode_GET_LENGTH(victim) && kind == PyUnicode_KIND(victim) &&
+               memcmp(PyUnicode_DATA(attacker), PyUnicode_DATA(victim), (size_t)n * (size_t)kind) == 0;
+    }
+    return PyObject_RichCompareBool(attacker, victim, Py_EQ);
+}
+
+/* Kernel.apply's body. `a_obj` and `b_obj` are the two players' ids from Engine.ids (borrowed,
+ * NULL for a newcomer) when `known` (score_many has just looked them up), else looked up here. */
+static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *victim, PyObject *t_obj,
+                             int known, PyObject *a_obj, PyObject *b_obj) {
     if (!PyFloat_CheckExact(t_obj)) Py_RETURN_NONE;
     double t = PyFloat_AS_DOUBLE(t_obj);
     if (!isfinite(t)) Py_RETURN_NONE;
-    int same = PyObject_RichCompareBool(attacker, victim, Py_EQ);
+    int same = same_player(attacker, victim);
     if (same < 0) return NULL;
     if (same) Py_RETURN_NONE;
     PyObject *ids = ITEM(K_IDS);
     if (!ids) return NULL;
     if (!PyDict_CheckExact(ids)) return PyErr_Format(PyExc_TypeError, "Engine.ids must be a dict");
-    PyObject *a_obj = PyDict_GetItemWithError(ids, attacker);
-    if (!a_obj && PyErr_Occurred()) return NULL;
-    PyObject *b_obj = PyDict_GetItemWithError(ids, victim);
-    if (!b_obj && PyErr_Occurred()) return NULL;
+    if (!known) {
+        a_obj = PyDict_GetItemWithError(ids, attacker);
+        if (!a_obj && PyErr_Occurred()) return NULL;
+        b_obj = PyDict_GetItemWithError(ids, victim);
+        if (!b_obj && PyErr_Occurred()) return NULL;
+    }
     double clock;
     if (get_double(self, K_CLOCK, &clock) < 0) return NULL;
     if (t < clock && t < clock - self->late_tolerance) Py_RETURN_NONE; /* out_of_order: Python counts it */
@@ -1021,10 +1100,9 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     if (!active_a && na + 1 >= n_act && activate(self, a, na + 1, t, ra_new) < 0) return NULL;
     if (!active_b && nb + 1 >= n_act && activate(self, b, nb + 1, t, rb_new) < 0) return NULL;
     /* §6.1 placement and §6.4 accumulators as Engine._tiers_after_event does them, inline
-     * (same comparisons, same arithmetic): a placed player inside its tier band, or one whose
-     * accumulator grows without reaching h_req, and an unplaced player that cannot place yet
-     * (too few events, or sigma above sigma_place). Only a placement or a tier move (which
-     * update the tier counts) calls back into Engine._tiers_after_event. */
+     * (same comparisons, same arithmetic), the placement and the move included (tier_place,
+     * tier_move); Engine._tiers_after_event is called back only when those decline (a season's
+     * counts, tier counts of another shape). */
     double r_new[2] = {ra_new, rb_new}, s_new[2] = {sa_new, sb_new};
     for (int side = 0; side < 2; side++) {
         Py_ssize_t i = players[side];
@@ -1053,8 +1131,17 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
                     continue;
                 }
             }
+            if (r >= upper || r < lower) { /* not a NaN: Python's else branch is its to take */
+                int moved = tier_move(self, tier_obj, acc, i, k, r >= upper ? k - 1 : k + 1);
+                if (moved < 0) return NULL;
+                if (moved) continue;
+            }
         } else if (counts[side] + 1 < self->n_min || !(s_new[side] <= self->sigma_place)) {
             continue;
+        } else {
+            int placed = tier_place(self, tier_obj, dcol(col[C_H]), i, r);
+            if (placed < 0) return NULL;
+            if (placed) continue;
         }
         PyObject *res = callback(self, s_tiers, i, 2, r_new[side], s_new[side], 0.0);
         if (!res) return NULL;
@@ -1063,6 +1150,12 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     if (increment(self, K_APPLIED) < 0) return NULL;
     Py_INCREF(self->applied_obj);
     return self->applied_obj;
+}
+
+/* Kernel.apply(attacker, victim, t) -> Outcome.APPLIED | Outcome.FILTERED | None (Python path). */
+static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "apply(attacker, victim, t)");
+    return apply_event(self, args[0], args[1], args[2], 0, NULL, NULL);
 }
 
 /* The constants the kernel reads from Engine._kc, by name (engine.kernel_constants declares them). */
@@ -1380,11 +1473,14 @@ static PyObject *Kernel_feed_many(KernelObject *self, PyObject *const *args, Py_
 
 /* ADRModel.predict(a, b): Engine.predict for two tracked players (the same expressions:
  * D = theta + lambda * (sum_sigma / n), then the calibrated link), 0.5 otherwise. */
-static int predict_names(KernelObject *self, PyObject *ids, PyObject *a_name, PyObject *b_name, double *out) {
+static int predict_names(KernelObject *self, PyObject *ids, PyObject *a_name, PyObject *b_name, double *out,
+                         PyObject **ia_out, PyObject **ib_out) {
     PyObject *ia = PyDict_GetItemWithError(ids, a_name);
     if (!ia && PyErr_Occurred()) return -1;
-    PyObject *ib = ia ? PyDict_GetItemWithError(ids, b_name) : NULL;
+    PyObject *ib = PyDict_GetItemWithError(ids, b_name);
     if (!ib && PyErr_Occurred()) return -1;
+    *ia_out = ia;
+    *ib_out = ib;
     if (!ia || !ib) {
         *out = 0.5;
         return 0;
@@ -1458,12 +1554,13 @@ static PyObject *score_many_body(KernelObject *self, PyObject *const *args, Py_s
             if (due) break;
         }
         PyObject *argv[3] = {PyList_GET_ITEM(att, k), PyList_GET_ITEM(vic, k), t_obj};
-        if (predict_names(self, ids, argv[0], argv[1], &dst[k]) < 0) goto done;
+        PyObject *ia, *ib; /* borrowed from ids, which nothing changes before apply_event reads them */
+        if (predict_names(self, ids, argv[0], argv[1], &dst[k], &ia, &ib) < 0) goto done;
         if (!lrn[k]) continue;
         Py_INCREF(argv[0]);
         Py_INCREF(argv[1]);
         Py_INCREF(t_obj);
-        PyObject *o = Kernel_apply(self, argv, 3);
+        PyObject *o = apply_event(self, argv[0], argv[1], t_obj, 1, ia, ib);
         Py_DECREF(argv[0]);
         Py_DECREF(argv[1]);
         Py_DECREF(t_obj);

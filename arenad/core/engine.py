@@ -378,7 +378,7 @@ class Engine:
         "_sum_sigma", "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied",
         "names", "ids", "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier",
         "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied", "next_recalibration",
-        "_ladder_ok",
+        "_ladder_ok", "_neg_bounds", "_tier_counts", "tier_changes",
     )  # fmt: skip
 
     def __init__(self, params: ADRParams | None = None, *, native: bool | None = None) -> None:
