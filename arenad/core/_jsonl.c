@@ -45,7 +45,7 @@ typedef struct {
 typedef struct {
     uint64_t m;   /* the significant digits while there are at most 19 of them */
     int digits;   /* significant digits (leading zeros not counted), capped at 20 */
-    int frac;     /* digits after the point */
+    int frac;     /* digits after the point, capped at 2^24 */
     int exp;      /* the exponent part, capped at +-10,000 (beyond, exact_double declines) */
     int neg;
     int frac_exp; /* a fraction or an exponent: json.loads makes it a float, else an int */
@@ -67,6 +67,17 @@ static void plain_init(void) {
  * after the closing quote, or NULL when the string is of another kind. */
 static inline const char *plain_string(const char *p, const char *end, Span *out) {
     const char *s = ++p;
+    /* eight bytes at a time while none is a quote, a backslash, a control byte, DEL or beyond
+     * ASCII (each test exact for the word as a whole), then byte by byte */
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\'), del = w ^ (ones * 0x7f);
+        uint64_t bad = ((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((b - ones) & ~b) | ((del - ones) & ~del) | w;
+        if (bad & highs) break;
+        p += 8;
+    }
     while (p < end && plain_byte[(unsigned char)*p]) p++;
     if (p >= end || *p != '"') return NULL;
     out->p = s;
@@ -77,14 +88,17 @@ static inline const char *plain_string(const char *p, const char *end, Span *out
 /* Digits from p, folded into d (significant ones into d->m while there are at most 19). */
 static inline const char *digits(const char *p, const char *end, Decimal *d, int is_frac) {
     const char *s = p;
-    for (; p < end && *p >= '0' && *p <= '9'; p++) {
-        unsigned v = (unsigned)(*p - '0');
-        if (d->digits || v) {
-            if (d->digits < 19) d->m = d->m * 10 + v;
-            if (d->digits < 20) d->digits++;
-        }
+    if (!d->digits)
+        while (p < end && *p == '0') p++; /* leading zeros are not significant */
+    uint64_t m = d->m;
+    int n = d->digits;
+    for (; p < end && (unsigned char)(*p - '0') < 10; p++) {
+        if (n < 19) m = m * 10 + (unsigned)(*p - '0');
+        n += n < 20;
     }
-    if (is_frac) d->frac += (int)(p - s);
+    d->m = m;
+    d->digits = n;
+    if (is_frac) d->frac = p - s > (1 << 24) ? 1 << 24 : (int)(p - s); /* beyond, exact_double declines */
     return p;
 }
 
