@@ -786,14 +786,18 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
      * holds both players. */
     PyObject *col[NCOLS];
     Py_ssize_t hi_id = a > b ? a : b;
+    if (a < 0 || b < 0) return PyErr_Format(PyExc_IndexError, "player ids %zd, %zd", a, b);
+    const Py_ssize_t need = hi_id + 1, need_ring = need * self->n_act;
+    /* unrolled, so that each column's type code and stride are constants (the loop is on every
+     * event's path) */
+#pragma GCC unroll 16
     for (int c = 0; c < NCOLS; c++) {
         PyObject *o = slot_at(self->engine, self->coff[c], col_keys[c]);
         if (!o) return NULL;
         if (Py_TYPE(o) != array_type || *((ArrayObject *)o)->ob_descr != col_code[c])
             return PyErr_Format(PyExc_TypeError, "Engine.%s must be array('%c')", col_attr[c], col_code[c]);
         /* _wring is a pool of blocks, checked where a block is used */
-        Py_ssize_t stride = c == C_WRING ? 0 : c == C_ARING ? self->n_act : 1;
-        if (a < 0 || b < 0 || Py_SIZE(o) < (hi_id + 1) * stride)
+        if (c != C_WRING && Py_SIZE(o) < (c == C_ARING ? need_ring : need))
             return PyErr_Format(PyExc_IndexError, "Engine.%s is shorter than player %zd", col_attr[c], hi_id);
         col[c] = o;
     }
