@@ -11,7 +11,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from json_lines import hostile_json_lines
+from json_lines import compact_json_lines, hostile_json_lines
 
 from arenad.core._ladder import NameTable
 from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason, event_from_obj
@@ -366,6 +366,12 @@ class TestScanner:
         got, _ = _scanned(data, limit)
         assert got == want
         assert _scanned(data, limit, name_table())[0] == want  # names interned, as replay does
+
+    @settings(max_examples=1500, deadline=None)
+    @given(data=compact_json_lines(), limit=st.integers(1, 4))
+    def test_equals_the_line_decoder_on_the_compact_shape_mangled(self, data: bytes, limit: int) -> None:
+        want = [_kill_or_item(item) for line in data.splitlines() for item in decode_json_line(line)]
+        assert _scanned(data, limit, name_table())[0] == want
 
     @settings(max_examples=300, deadline=None)
     @given(data=_json_lines())

@@ -86,12 +86,35 @@ static inline const char *plain_string(const char *p, const char *end, Span *out
 }
 
 /* Digits from p, folded into d (significant ones into d->m while there are at most 19). */
+/* plain_string at p when a string starts there, else NULL. */
+static inline const char *quoted(const char *p, const char *end, Span *out) {
+    return p < end && *p == '"' ? plain_string(p, end, out) : NULL;
+}
+
 static inline const char *digits(const char *p, const char *end, Decimal *d, int is_frac) {
     const char *s = p;
     if (!d->digits)
         while (p < end && *p == '0') p++; /* leading zeros are not significant */
     uint64_t m = d->m;
     int n = d->digits;
+    /* eight digits at a time while they fit in the 19 (the multiply-and-shift of fast_float's
+     * parse_eight_digits_unrolled, little-endian), then digit by digit */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (n <= 11 && end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        if (((w & 0xF0F0F0F0F0F0F0F0ULL) | (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) !=
+            0x3333333333333333ULL)
+            break;
+        w -= 0x3030303030303030ULL;
+        w = w * 10 + (w >> 8);
+        w = (((w & 0x000000FF000000FFULL) * 0x000F424000000064ULL) +
+             (((w >> 16) & 0x000000FF000000FFULL) * 0x0000271000000001ULL)) >> 32;
+        m = m * 100000000 + w;
+        n += 8;
+        p += 8;
+    }
+#endif
     for (; p < end && (unsigned char)(*p - '0') < 10; p++) {
         if (n < 19) m = m * 10 + (unsigned)(*p - '0');
         n += n < 20;
@@ -232,6 +255,12 @@ static int to_double(const Span *s, const Decimal *d, double *out) {
     return 1;
 }
 
+/* attacker and victim as the schema takes them: 1 to `safe` characters each, and different. */
+static inline int two_players(const Span *a, const Span *v, Py_ssize_t safe) {
+    return a->len >= 1 && a->len <= safe && v->len >= 1 && v->len <= safe &&
+           !(a->len == v->len && memcmp(a->p, v->p, (size_t)v->len) == 0);
+}
+
 /* One line from p (data ending at end): the end of its content (before its terminator, which
  * is at that position or the data ends there) with *t and the two names' spans when the scanner
  * takes it, NULL when Python must. The line's content has no '\n' or '\r' by construction: no
@@ -245,7 +274,7 @@ static const char *take_line(const char *p, const char *end, Py_ssize_t safe, do
     p = skip_ws(p + 1, end);
     for (;;) {
         Span key;
-        if (p >= end || *p != '"' || !(p = plain_string(p, end, &key))) return NULL;
+        if (!(p = quoted(p, end, &key))) return NULL;
         int which = field_of(&key);
         if (which < 0 || (seen & (1 << which))) return NULL;
         seen |= 1 << which;
@@ -257,7 +286,7 @@ static const char *take_line(const char *p, const char *end, Py_ssize_t safe, do
             if (!(p = number(p, end, &f[F_T], &num)) || !num.frac_exp) return NULL;
             if (!to_double(&f[F_T], &num, t)) return NULL;
         } else if (*p == '"') {
-            if (!(p = plain_string(p, end, &f[which]))) return NULL;
+            if (!(p = quoted(p, end, &f[which]))) return NULL;
         } else if (which == F_ID) {
             Decimal id;
             const char *s = p;
@@ -277,15 +306,37 @@ static const char *take_line(const char *p, const char *end, Py_ssize_t safe, do
         break;
     }
     const int need = (1 << F_T) | (1 << F_ATTACKER) | (1 << F_VICTIM);
-    if ((seen & need) != need) return NULL;
-    if (f[F_ATTACKER].len < 1 || f[F_ATTACKER].len > safe || f[F_VICTIM].len < 1 || f[F_VICTIM].len > safe)
-        return NULL;
-    if (f[F_ATTACKER].len == f[F_VICTIM].len && memcmp(f[F_ATTACKER].p, f[F_VICTIM].p, f[F_VICTIM].len) == 0)
-        return NULL;
+    if ((seen & need) != need || !two_players(&f[F_ATTACKER], &f[F_VICTIM], safe)) return NULL;
     for (int k = F_SERVER; k <= F_ID; k++)
         if ((seen & (1 << k)) && f[k].len > safe) return NULL;
     *att = f[F_ATTACKER];
     *vic = f[F_VICTIM];
+    return p;
+}
+
+/* A literal at p, or NULL: the byte after it. */
+#define LITERAL(p, end, lit) ((end) - (p) >= (Py_ssize_t)sizeof(lit) - 1 && memcmp((p), (lit), sizeof(lit) - 1) == 0 \
+                                  ? (p) + sizeof(lit) - 1 : NULL)
+
+/* take_line for the compact shape most writers emit, {"t":N,"attacker":"A","victim":"V"} with
+ * an optional ,"server":"S" last, no whitespace: matched literally (no key to identify, no
+ * whitespace to skip), NULL for anything else, which take_line then reads in full. */
+static inline const char *fast_line(const char *p, const char *end, Py_ssize_t safe, double *t, Span *att,
+                                    Span *vic) {
+    Span ts, a, v, srv;
+    Decimal num;
+    if (!(p = LITERAL(p, end, "{\"t\":")) || !(p = number(p, end, &ts, &num)) || !num.frac_exp ||
+        !(p = LITERAL(p, end, ",\"attacker\":")) || !(p = quoted(p, end, &a)) ||
+        !(p = LITERAL(p, end, ",\"victim\":")) || !(p = quoted(p, end, &v)))
+        return NULL;
+    const char *q = LITERAL(p, end, ",\"server\":");
+    if (q && (!(p = quoted(q, end, &srv)) || srv.len > safe)) return NULL;
+    if (p >= end || *p != '}') return NULL;
+    p++;
+    if (p < end && *p != '\n' && *p != '\r') return NULL;
+    if (!two_players(&a, &v, safe) || !to_double(&ts, &num, t)) return NULL;
+    *att = a;
+    *vic = v;
     return p;
 }
 
@@ -438,7 +489,8 @@ static PyObject *scan_kills(PyObject *module, PyObject *const *args, Py_ssize_t 
         const char *line = base + pos;
         double t = 0.0;
         Span a, v;
-        const char *eol = take_line(line, end, safe, &t, &a, &v);
+        const char *eol = fast_line(line, end, safe, &t, &a, &v);
+        if (!eol) eol = take_line(line, end, safe, &t, &a, &v);
         if (!eol || eol - line > max_line)
             return Py_BuildValue("(nn)", pos, (Py_ssize_t)(next_line(line, end) - base));
         PyObject *ao = names ? names_get(names, &a) : ascii_str(&a);
