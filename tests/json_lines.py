@@ -78,7 +78,7 @@ def hostile_json_lines(draw: st.DrawFn) -> bytes:
     return "".join(out).encode("utf-8", "surrogatepass")
 
 
-_EDIT_BYTES = st.sampled_from(list(b' \t"\\,:{}[]\n\r.-+eE019xtn') + [0x00, 0x1F, 0x7F, 0x80, 0xC3, 0xFF])
+_EDIT_BYTES = st.sampled_from([*b' \t"\\,:{}[]\n\r.-+eE019xtn', 0x00, 0x1F, 0x7F, 0x80, 0xC3, 0xFF])
 
 
 @st.composite
