@@ -14,8 +14,8 @@
  * It handles only what is common; it returns None *before changing anything* when an event
  * needs the Python path: a newcomer beyond the player cap, a self-kill, a non-finite or
  * too-late time, or a time that is not a float. The rare steps inside an update call back into
- * the Engine's own Python methods: §2.3 expiry and activation, §8.2/§8.3 pooling, a §6.1
- * placement during a season (Engine._n0 set), and the window's first block and exact re-sum.
+ * the Engine's own Python methods: §2.3 expiry, §8.2/§8.3 pooling, a §6.1 placement during a
+ * season (Engine._n0 set), and the window's exact re-sum (math.fsum itself).
  *
  * Compiled with -ffp-contract=off: a fused multiply-add would round differently from Python.
  */
@@ -59,11 +59,11 @@ static const char *const key_names[NKEYS] = {
 
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
-static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_activate, *s_tiers, *s_window;
+static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_tiers, *s_window;
 static PyObject *s_next_recal, *s_repeat, *s_add, *s_n0, *s_offset, *s_ladder_add;
 static PyTypeObject *array_type;
 static PyObject *deque_type;
-static PyObject *fsum_fn;
+static PyObject *fsum_fn, *heappush_fn;
 
 #define TIER_COUNT 15
 #define ID_BITS 32
@@ -97,7 +97,7 @@ typedef struct {
     /* ADRParams as derived by engine.kernel_constants, read by name from Engine._kc. */
     double t_return_s, tau_s, drift_s, smax, smin, theta, lam, speak, speak2, eta_min, span;
     double rho_s, rho_v_w, gamma_phi, c_loss, dmax, inv_g2, lp, keep_phi;
-    double late_tolerance, t_cooldown, sigma_place, h_req;
+    double late_tolerance, t_cooldown, sigma_place, h_req, active_window_s;
     double cal_keep, grace_s, repeat_w;
     int64_t returning_events, wlen, s_max, n_act, n_min, max_players, recal_min_events;
     int corrected, pool_losses, decay_on, logistic, cap_decay, sweep_sigma, display_cap;
@@ -285,15 +285,27 @@ done:
     return res;
 }
 
-/* self.engine._activate(i, n, t, r_now): n is an int. */
-static int activate(KernelObject *self, Py_ssize_t i, int64_t n, double t, double r_now) {
-    PyObject *args[4] = {PyLong_FromSsize_t(i), PyLong_FromLongLong(n), PyFloat_FromDouble(t),
-                         PyFloat_FromDouble(r_now)};
-    PyObject *res = NULL;
-    if (args[0] && args[1] && args[2] && args[3]) res = engine_call(self, s_activate, args, 4);
-    for (int k = 0; k < 4; k++) Py_XDECREF(args[k]);
+/* Engine._activate(i, n, t, r_now) in C (§2.3): player i, at its n-th counted event, joins the
+ * active set when the n_active-th latest of its events is within the look-back window: its
+ * activity byte, the active count and sum, and (horizon, i) pushed on Engine._expiry by the
+ * heapq module's own heappush. */
+static int activate(KernelObject *self, const double *aring, char *active, PyObject *expiry, Py_ssize_t i,
+                    int64_t n, double t, double r_now) {
+    double horizon = aring[i * self->n_act + n % self->n_act] + self->active_window_s;
+    if (!(horizon > t)) return 0;
+    long long n_active;
+    double sum_active;
+    if (get_int(self, K_NACTIVE, &n_active) < 0 || get_double(self, K_SUM_ACTIVE, &sum_active) < 0) return -1;
+    PyObject *entry = Py_BuildValue("(dn)", horizon, i);
+    if (!entry) return -1;
+    PyObject *args[2] = {expiry, entry};
+    PyObject *res = PyObject_Vectorcall(heappush_fn, args, 2, NULL);
+    Py_DECREF(entry);
     if (!res) return -1;
     Py_DECREF(res);
+    active[i] = 1;
+    if (set_int(self, K_NACTIVE, n_active + 1) < 0 || set_double(self, K_SUM_ACTIVE, sum_active + r_now) < 0)
+        return -1;
     return 0;
 }
 
@@ -581,6 +593,23 @@ static int array_grow(PyObject *o, Py_ssize_t n, Py_ssize_t itemsize) {
     a->ob_item = items;
     a->allocated = alloc;
     return 0;
+}
+
+/* Engine._new_window(i) in C: player i's §2.2 ring block at its second counted event, appended
+ * to Engine._wring as its extend() would grow it, holding its first |change| (the window's sum
+ * so far) in slot 0; 1 + the block, 0 when Python must (the ring's buffer is exported, or the
+ * block number does not fit _wslot), -1 with an error. */
+static Py_ssize_t new_window(KernelObject *self, PyObject *ring, const double *wsum, uint32_t *wslot, Py_ssize_t i) {
+    ArrayObject *w = (ArrayObject *)ring;
+    Py_ssize_t size = Py_SIZE(w), block = size / self->wlen;
+    if (w->ob_exports || block + 1 > (Py_ssize_t)UINT32_MAX) return 0;
+    if (array_grow(ring, self->wlen, 8) < 0) return -1;
+    double *cells = (double *)w->ob_item + size;
+    memset(cells, 0, (size_t)self->wlen * sizeof(double));
+    Py_SET_SIZE(w, size + self->wlen);
+    ((double *)w->ob_item)[block * self->wlen] = wsum[i];
+    wslot[i] = (uint32_t)(block + 1);
+    return block + 1;
 }
 
 /* Engine._add_player(name) in C: the same columns, lists, dict entries, ladder entry and sums,
@@ -1025,7 +1054,11 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
             continue;
         }
         Py_ssize_t base = (Py_ssize_t)wslot[i];
-        if (!base) { /* the second counted event: the player's ring block, from Python */
+        if (!base) { /* the second counted event: the player's ring block */
+            base = new_window(self, col[C_WRING], wsum, wslot, i);
+            if (base < 0) return NULL;
+        }
+        if (!base) { /* Python's, when the ring is exported or full */
             PyObject *res = engine_call(self, s_window, &players_obj[side], 1);
             if (!res) return NULL;
             base = PyLong_AsSsize_t(res);
@@ -1101,8 +1134,12 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
     /* §2.3 activity ring: the time of this counted event. */
     aring[a * n_act + na % n_act] = t;
     aring[b * n_act + nb % n_act] = t;
-    if (!active_a && na + 1 >= n_act && activate(self, a, na + 1, t, ra_new) < 0) return NULL;
-    if (!active_b && nb + 1 >= n_act && activate(self, b, nb + 1, t, rb_new) < 0) return NULL;
+    if (!active_a && na + 1 >= n_act &&
+        activate(self, aring, PyByteArray_AS_STRING(active_obj), expiry, a, na + 1, t, ra_new) < 0)
+        return NULL;
+    if (!active_b && nb + 1 >= n_act &&
+        activate(self, aring, PyByteArray_AS_STRING(active_obj), expiry, b, nb + 1, t, rb_new) < 0)
+        return NULL;
     /* §6.1 placement and §6.4 accumulators as Engine._tiers_after_event does them, inline
      * (same comparisons, same arithmetic), the placement and the move included (tier_place,
      * tier_move); Engine._tiers_after_event is called back only when those decline (a season's
@@ -1183,7 +1220,7 @@ static const struct {
     KC(cap_decay, KC_BOOL),        KC(sweep_sigma, KC_BOOL),     KC(repeat_w, KC_DOUBLE),
     KC(display_cap, KC_BOOL),      KC(late_tolerance, KC_DOUBLE), KC(t_cooldown, KC_DOUBLE),
     KC(sigma_place, KC_DOUBLE),    KC(h_req, KC_DOUBLE),         KC(max_players, KC_INT),
-    KC(recal_min_events, KC_INT),
+    KC(recal_min_events, KC_INT),  KC(active_window_s, KC_DOUBLE),
 };
 
 /* The columns and attributes the kernel touches must be declared in Engine.KERNEL_COLUMNS (with
@@ -1653,7 +1690,6 @@ int kernel_register(PyObject *module) {
         if (!(col_keys[c] = PyUnicode_InternFromString(col_attr[c]))) return -1;
     if (!(s_append = PyUnicode_InternFromString("append")) || !(s_popleft = PyUnicode_InternFromString("popleft")) ||
         !(s_expire = PyUnicode_InternFromString("_expire")) || !(s_pooled = PyUnicode_InternFromString("_pooled")) ||
-        !(s_activate = PyUnicode_InternFromString("_activate")) ||
         !(s_tiers = PyUnicode_InternFromString("_tiers_after_event")) ||
         !(s_window = PyUnicode_InternFromString("_new_window")) ||
         !(s_next_recal = PyUnicode_InternFromString("next_recalibration")) ||
@@ -1676,6 +1712,11 @@ int kernel_register(PyObject *module) {
     fsum_fn = PyObject_GetAttrString(math_mod, "fsum");
     Py_DECREF(math_mod);
     if (!fsum_fn) return -1;
+    PyObject *heapq_mod = PyImport_ImportModule("heapq");
+    if (!heapq_mod) return -1;
+    heappush_fn = PyObject_GetAttrString(heapq_mod, "heappush");
+    Py_DECREF(heapq_mod);
+    if (!heappush_fn) return -1;
     int known = layout_known();
     if (known < 0) return -1;
     if (!known) return 0; /* another array layout: no Kernel, the engine stays on Python */
