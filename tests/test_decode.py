@@ -436,6 +436,38 @@ class TestScanner:
         assert len({id(a) for a in attackers}) == 3000
         assert len(names) == 3007
 
+    def test_names_chosen_to_collide_cost_a_bounded_search_and_stay_right(self) -> None:
+        """Forty names on one home slot (found with ``_name_hash``, _jsonl.c's name_hash): the
+        table keeps those within its probe bound and builds the others afresh, every one right."""
+        colliding = [n for n in (f"c{k}" for k in range(200_000)) if _name_hash(n.encode()) & 1023 == 7][:40]
+        assert len(colliding) == 40
+        data = b"".join(
+            f'{{"t":{k}.5,"attacker":"{n}","victim":"v"}}\n'.encode() for k, n in enumerate(colliding)
+        )
+        names = name_table()
+        assert names is not None
+        for _ in range(2):
+            attackers: list[str] = []
+            scan_json_kills(data, 0, attackers, [], [], limit=100, names=names)
+            assert attackers == colliding
+        assert len(names) < 41  # not every name was kept: the probe bound was reached
+
+
+def _name_hash(name: bytes) -> int:
+    """_jsonl.c's name_hash, to find names that collide in a NameTable (the test above fails,
+    rather than passes without colliding, should the two drift apart)."""
+    mask = (1 << 64) - 1
+    h = 0x9E3779B97F4A7C15 ^ len(name)
+    for k in range(0, len(name), 8):
+        word = name[k : k + 8]  # the last one may be short: no shift after it
+        h = ((h ^ int.from_bytes(word, "little")) * 0xFF51AFD7ED558CCD) & mask
+        if len(word) == 8:
+            h ^= h >> 32
+    h ^= h >> 29
+    h = (h * 0xC4CEB9FE1A85EC53) & mask
+    h ^= h >> 32
+    return h | 1
+
 
 def _t_line(number: str) -> bytes:
     return b'{"t":' + number.encode() + b',"attacker":"a","victim":"b"}'
