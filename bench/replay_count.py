@@ -5,6 +5,8 @@
     valgrind --tool=callgrind .venv/bin/python -m bench.replay_count feed     # Engine.feed per call
     valgrind --tool=callgrind .venv/bin/python -m bench.replay_count none     # start-up only
 
+Run them with ``PYTHONHASHSEED=0 OPENBLAS_NUM_THREADS=1`` in the environment: the count then
+repeats to the instruction (numpy's idle BLAS threads otherwise add a few per cent at random).
 Every run builds the same stream (bench/stream.py's main stream, 100,000 players, ``--kills``
 kills, default 100,000, at 200 kills/s of event time), writes it as bench.replay's JSON-lines
 file and splits it into columns; then it runs one part on all of it: ``replay_files`` of the
