@@ -26,8 +26,10 @@ from arenad.core.events import (
 )
 
 try:  # the C scanner of the common JSON-line shape (arenad/core/_jsonl.c), when it was built
+    from arenad.core._ladder import NameTable
     from arenad.core._ladder import scan_kills as _scan_kills
 except ImportError:  # pragma: no cover - a build without the extension
+    NameTable = None  # type: ignore[assignment,misc]
     _scan_kills = None  # type: ignore[assignment]
 
 #: Longest JSON line accepted (a line holds one event or an array of events).
@@ -118,8 +120,21 @@ def decode_json_rows(data: bytes) -> Iterator[DecodedRow]:
         yield from decode_json_line(line)
 
 
+def name_table() -> NameTable | None:
+    """A table for ``scan_json_kills(names=...)``: each distinct name is made once as a str and
+    handed out again by its bytes. None when the C extension was not built."""
+    return None if NameTable is None else NameTable()
+
+
 def scan_json_kills(
-    data: bytes, pos: int, attackers: list[str], victims: list[str], times: list[float], *, limit: int
+    data: bytes,
+    pos: int,
+    attackers: list[str],
+    victims: list[str],
+    times: list[float],
+    *,
+    limit: int,
+    names: NameTable | None = None,
 ) -> tuple[int, int] | None:
     """The batch replay's decoder in C: from byte ``pos`` of JSON lines, kills of the common shape
     appended to the three lists (at most ``limit``) until a line the scanner is not certain about.
@@ -128,11 +143,12 @@ def scan_json_kills(
     the one at ``stop`` when that line needs ``decode_json_rows(data[stop:next])`` (``next ==
     stop`` when it stopped at the limit or the end). What it appends is exactly what
     ``decode_json_line`` makes of those lines (``arenad/core/_jsonl.c`` has the shape it takes;
-    tests/test_decode.py compares the two). None when the C extension was not built.
+    tests/test_decode.py compares the two). With ``names`` (``name_table()``), a name met before
+    is appended as the same str object again. None when the C extension was not built.
     """
     if _scan_kills is None:
         return None
-    stop, nxt = _scan_kills(data, pos, attackers, victims, times, limit, _SAFE_CHARS, MAX_LINE_BYTES)
+    stop, nxt = _scan_kills(data, pos, attackers, victims, times, limit, _SAFE_CHARS, MAX_LINE_BYTES, names)
     return stop, nxt
 
 

@@ -26,6 +26,7 @@ from arenad.decode import (
     decode_json_rows,
     decode_msgpack_stream,
     looks_like_json,
+    name_table,
     scan_json_kills,
 )
 from arenad.errors import InputError
@@ -107,6 +108,7 @@ def replay_files(paths: Iterable[Path], params: ADRParams) -> tuple[Engine, Repl
     attackers: list[str] = []
     victims: list[str] = []
     times: list[float] = []
+    names = name_table()  # each name a str once, so the engine's ids lookup hashes it once
 
     def flush() -> None:
         applied, filtered, others = engine.feed_many(attackers, victims, times)
@@ -150,7 +152,7 @@ def replay_files(paths: Iterable[Path], params: ADRParams) -> tuple[Engine, Repl
         pos, end = 0, len(data)
         while pos < end:
             before = len(times)
-            scanned = scan_json_kills(data, pos, attackers, victims, times, limit=BATCH - before)
+            scanned = scan_json_kills(data, pos, attackers, victims, times, limit=BATCH - before, names=names)
             if scanned is None:  # no C extension: Python's decoder for every line
                 for row in decode_json_rows(data[pos:]):
                     take(row)

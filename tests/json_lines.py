@@ -76,3 +76,35 @@ def hostile_json_lines(draw: st.DrawFn) -> bytes:
     if draw(st.booleans()):
         out.pop()  # no terminator after the last line
     return "".join(out).encode("utf-8", "surrogatepass")
+
+
+_EDIT_BYTES = st.sampled_from([*b' \t"\\,:{}[]\n\r.-+eE019xtn', 0x00, 0x1F, 0x7F, 0x80, 0xC3, 0xFF])
+
+
+@st.composite
+def compact_json_lines(draw: st.DrawFn) -> bytes:
+    """The compact shape most writers emit (``{"t":N,"attacker":"A","victim":"V"}``, a server
+    last or not, no whitespace: the scanner's literal fast path), then up to two bytes inserted,
+    deleted or replaced anywhere, so that every way of leaving that shape by one step is met."""
+    out = []
+    for _ in range(draw(st.integers(1, 6))):
+        line = (
+            b'{"t":'
+            + draw(_GOOD_VALUES["t"]).encode()
+            + b',"attacker":'
+            + draw(_GOOD_VALUES["attacker"]).encode()
+            + b',"victim":'
+            + draw(_GOOD_VALUES["victim"]).encode()
+            + (b',"server":' + draw(_GOOD_VALUES["server"]).encode() if draw(st.booleans()) else b"")
+            + b"}"
+        )
+        for _ in range(draw(st.integers(0, 2))):
+            at = draw(st.integers(0, len(line)))
+            edit = draw(st.sampled_from(["insert", "delete", "replace"]))
+            byte = bytes([draw(_EDIT_BYTES)])
+            if edit == "insert":
+                line = line[:at] + byte + line[at:]
+            elif at < len(line):
+                line = line[:at] + (byte if edit == "replace" else b"") + line[at + 1 :]
+        out.append(line + draw(st.sampled_from([b"\n", b"\n", b"\r\n", b"\r"])))
+    return b"".join(out)

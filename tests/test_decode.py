@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import Decimal
 from typing import Any
 
 import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from json_lines import hostile_json_lines
+from json_lines import compact_json_lines, hostile_json_lines
 
+from arenad.core._ladder import NameTable
 from arenad.core.events import KillEvent, PlacementEvent, Reject, RejectReason, event_from_obj
 from arenad.decode import (
     decode_json_line,
     decode_json_rows,
     decode_msgpack,
     decode_msgpack_stream,
+    name_table,
     scan_json_kills,
 )
 
@@ -318,7 +321,7 @@ _scan = pytest.mark.skipif(
 )
 
 
-def _scanned(data: bytes, limit: int) -> tuple[list[Any], int]:
+def _scanned(data: bytes, limit: int, names: NameTable | None = None) -> tuple[list[Any], int]:
     """What the batch replay decodes from ``data``: the scanner, and decode_json_rows for every
     line it hands back; kills as (t as hex, attacker, victim). Also how many lines it took."""
     out: list[Any] = []
@@ -328,7 +331,7 @@ def _scanned(data: bytes, limit: int) -> tuple[list[Any], int]:
         attackers: list[str] = []
         victims: list[str] = []
         times: list[float] = []
-        scanned = scan_json_kills(data, pos, attackers, victims, times, limit=limit)
+        scanned = scan_json_kills(data, pos, attackers, victims, times, limit=limit, names=names)
         assert scanned is not None
         stop, nxt = scanned
         assert pos <= stop <= nxt <= len(data)
@@ -362,6 +365,13 @@ class TestScanner:
         want = [_kill_or_item(item) for line in data.splitlines() for item in decode_json_line(line)]
         got, _ = _scanned(data, limit)
         assert got == want
+        assert _scanned(data, limit, name_table())[0] == want  # names interned, as replay does
+
+    @settings(max_examples=1500, deadline=None)
+    @given(data=compact_json_lines(), limit=st.integers(1, 4))
+    def test_equals_the_line_decoder_on_the_compact_shape_mangled(self, data: bytes, limit: int) -> None:
+        want = [_kill_or_item(item) for line in data.splitlines() for item in decode_json_line(line)]
+        assert _scanned(data, limit, name_table())[0] == want
 
     @settings(max_examples=300, deadline=None)
     @given(data=_json_lines())
@@ -402,3 +412,130 @@ class TestScanner:
     )
     def test_hands_back_what_it_is_not_certain_of(self, line: bytes) -> None:
         assert scan_json_kills(line + b"\n", 0, [], [], [], limit=10) == (0, len(line) + 1)
+
+    def test_a_name_table_hands_out_one_str_per_name(self) -> None:
+        """Across lines and calls; distinct names stay distinct as the table grows."""
+        names = name_table()
+        assert names is not None
+        lines = [
+            f'{{"t":{k}.5,"attacker":"p{k % 3000}","victim":"q{k % 7}"}}\n'.encode() for k in range(9000)
+        ]
+        attackers: list[str] = []
+        victims: list[str] = []
+        times: list[float] = []
+        for half in (lines[:4500], lines[4500:]):
+            data = b"".join(half)
+            assert scan_json_kills(data, 0, attackers, victims, times, limit=10**6, names=names) == (
+                len(data),
+                len(data),
+            )
+        assert attackers == [f"p{k % 3000}" for k in range(9000)]
+        assert victims == [f"q{k % 7}" for k in range(9000)]
+        assert all(attackers[k] is attackers[k % 3000] for k in range(9000))
+        assert all(victims[k] is victims[k % 7] for k in range(9000))
+        assert len({id(a) for a in attackers}) == 3000
+        assert len(names) == 3007
+
+    def test_names_chosen_to_collide_cost_a_bounded_search_and_stay_right(self) -> None:
+        """Forty names on one home slot (found with ``_name_hash``, _jsonl.c's name_hash): the
+        table keeps those within its probe bound and builds the others afresh, every one right."""
+        colliding = [n for n in (f"c{k}" for k in range(200_000)) if _name_hash(n.encode()) & 1023 == 7][:40]
+        assert len(colliding) == 40
+        data = b"".join(
+            f'{{"t":{k}.5,"attacker":"{n}","victim":"v"}}\n'.encode() for k, n in enumerate(colliding)
+        )
+        names = name_table()
+        assert names is not None
+        for _ in range(2):
+            attackers: list[str] = []
+            scan_json_kills(data, 0, attackers, [], [], limit=100, names=names)
+            assert attackers == colliding
+        assert len(names) < 41  # not every name was kept: the probe bound was reached
+
+
+def _name_hash(name: bytes) -> int:
+    """_jsonl.c's name_hash, to find names that collide in a NameTable (the test above fails,
+    rather than passes without colliding, should the two drift apart)."""
+    mask = (1 << 64) - 1
+    h = 0x9E3779B97F4A7C15 ^ len(name)
+    for k in range(0, len(name), 8):
+        word = name[k : k + 8]  # the last one may be short: no shift after it
+        h = ((h ^ int.from_bytes(word, "little")) * 0xFF51AFD7ED558CCD) & mask
+        if len(word) == 8:
+            h ^= h >> 32
+    h ^= h >> 29
+    h = (h * 0xC4CEB9FE1A85EC53) & mask
+    h ^= h >> 32
+    return h | 1
+
+
+def _t_line(number: str) -> bytes:
+    return b'{"t":' + number.encode() + b',"attacker":"a","victim":"b"}'
+
+
+def _near_halfway(x: float, digits: int, nudge: int) -> str:
+    """The midpoint between x and the next double up, to ``digits`` significant digits, moved
+    by ``nudge`` units in the last digit: the numbers whose rounding is hardest to get right."""
+    mid = (Decimal(x) + Decimal(math.nextafter(x, math.inf))) / 2
+    _sign, ds, exp = mid.as_tuple()
+    assert isinstance(exp, int)
+    q = Decimal(1).scaleb(exp + len(ds) - digits)
+    return str(mid.quantize(q) + nudge * q)
+
+
+_DECIMALS = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.floats(min_value=1e9, max_value=3e9).map(repr),  # timestamps, as feeds write them
+    st.builds(
+        lambda sign, whole, frac, exp: f"{sign}{whole}.{frac}{exp}",
+        st.sampled_from(["", "-"]),
+        st.integers(0, 10**20).map(str),
+        st.text("0123456789", min_size=1, max_size=21),
+        st.one_of(st.just(""), st.integers(-25, 25).map(lambda e: f"e{e:+d}"), st.just("E3")),
+    ),
+    st.builds(
+        _near_halfway,
+        st.floats(min_value=1e-300, max_value=1e300),
+        st.integers(15, 21),
+        st.integers(-1, 1),
+    ),
+    # exact ties: an odd integer beyond 2^53 and n + 2^-k beside a double of ulp 2^(1-k)
+    st.integers(2**53, 2**63).map(lambda n: f"{n | 1}.0"),
+    st.builds(
+        lambda n, k: str(Decimal(n) + Decimal(2) ** -k),
+        st.integers(2**50, 2**53 - 1),
+        st.integers(1, 4),
+    ),
+)
+
+
+@_scan
+class TestExactDouble:
+    """The scanner's time is the double ``float()`` makes of the number, bit for bit: the short
+    decimals it rounds itself (``exact_double``) and the others PyOS_string_to_double parses."""
+
+    @settings(max_examples=3000, deadline=None)
+    @given(number=_DECIMALS)
+    def test_equals_float(self, number: str) -> None:
+        times: list[float] = []
+        scan_json_kills(_t_line(number) + b"\n", 0, [], [], times, limit=1)
+        want = float(number)
+        if math.isfinite(want) and ("." in number or "e" in number.lower()):
+            assert [t.hex() for t in times] == [want.hex()], number
+        else:
+            assert times == []
+
+    @pytest.mark.parametrize(
+        "number",
+        [
+            "0.0", "-0.0", "-0.000e5", "0e99999", "1.5", "9007199254740993.0", "9007199254740995.0",
+            "4503599627370497.5", "2251799813685248.25", "1125899906842624.125",
+            "1750000000.0154717", "9999999999999999999.0", "0.0000000000000000001",
+            "1234567890123456789e19", "1e-19", "1e19", "12345678901234567890.0", "1e-20",
+            "0.30000000000000004", "1.7976931348623157e308", "2.2250738585072014e-308", "5e-324",
+        ],
+    )  # fmt: skip
+    def test_edges(self, number: str) -> None:
+        times: list[float] = []
+        scan_json_kills(_t_line(number) + b"\n", 0, [], [], times, limit=1)
+        assert [t.hex() for t in times] == [float(number).hex()]

@@ -14,8 +14,8 @@
  * It handles only what is common; it returns None *before changing anything* when an event
  * needs the Python path: a newcomer beyond the player cap, a self-kill, a non-finite or
  * too-late time, or a time that is not a float. The rare steps inside an update call back into
- * the Engine's own Python methods: §2.3 expiry and activation, §8.2/§8.3 pooling, §6.1
- * placement and §6.4 accumulators beyond the inline common case, and the window's exact re-sum.
+ * the Engine's own Python methods: §2.3 expiry, §8.2/§8.3 pooling, a §6.1 placement during a
+ * season (Engine._n0 set), and the window's exact re-sum (math.fsum itself).
  *
  * Compiled with -ffp-contract=off: a fused multiply-add would round differently from Python.
  */
@@ -48,21 +48,22 @@ static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l'
 enum {
     K_CLOCK, K_LATE, K_FILTERED, K_NACTIVE, K_SUM_ACTIVE, K_SUM_ALL, K_SUM_SIGMA, K_RLO, K_RHI,
     K_DELTA_A, K_DELTA_B, K_APPLIED, K_NAMES, K_IDS, K_COOLDOWN, K_LOG, K_EXPIRY, K_ACTIVE,
-    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, K_RECAL_APPLIED, K_LADDER_OK, NKEYS
+    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, K_RECAL_APPLIED, K_LADDER_OK,
+    K_NEG_BOUNDS, K_TIER_COUNTS, K_TIER_CHANGES, NKEYS
 };
 static const char *const key_names[NKEYS] = {
     "clock", "late_applied", "filtered", "_n_active", "_sum_r_active", "_sum_r_all", "_sum_sigma",
     "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied", "names", "ids",
     "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied",
-    "_ladder_ok"};
+    "_ladder_ok", "_neg_bounds", "_tier_counts", "tier_changes"};
 
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
-static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_activate, *s_tiers, *s_window;
+static PyObject *s_append, *s_popleft, *s_expire, *s_pooled, *s_tiers, *s_window;
 static PyObject *s_next_recal, *s_repeat, *s_add, *s_n0, *s_offset, *s_ladder_add;
 static PyTypeObject *array_type;
 static PyObject *deque_type;
-static PyObject *fsum_fn;
+static PyObject *fsum_fn, *heappush_fn;
 
 #define TIER_COUNT 15
 #define ID_BITS 32
@@ -96,7 +97,7 @@ typedef struct {
     /* ADRParams as derived by engine.kernel_constants, read by name from Engine._kc. */
     double t_return_s, tau_s, drift_s, smax, smin, theta, lam, speak, speak2, eta_min, span;
     double rho_s, rho_v_w, gamma_phi, c_loss, dmax, inv_g2, lp, keep_phi;
-    double late_tolerance, t_cooldown, sigma_place, h_req;
+    double late_tolerance, t_cooldown, sigma_place, h_req, active_window_s;
     double cal_keep, grace_s, repeat_w;
     int64_t returning_events, wlen, s_max, n_act, n_min, max_players, recal_min_events;
     int corrected, pool_losses, decay_on, logistic, cap_decay, sweep_sigma, display_cap;
@@ -127,7 +128,7 @@ typedef struct {
 /* The scalars that are Python ints (the others are floats). */
 #define INT_KEYS                                                                                                 \
     ((1ULL << K_LATE) | (1ULL << K_FILTERED) | (1ULL << K_NACTIVE) | (1ULL << K_APPLIED) | (1ULL << K_QN) |     \
-     (1ULL << K_RECAL_APPLIED))
+     (1ULL << K_RECAL_APPLIED) | (1ULL << K_TIER_CHANGES))
 
 static inline double *dcol(PyObject *o) { return (double *)((ArrayObject *)o)->ob_item; }
 static inline int64_t *icol(PyObject *o) { return (int64_t *)((ArrayObject *)o)->ob_item; }
@@ -284,15 +285,27 @@ done:
     return res;
 }
 
-/* self.engine._activate(i, n, t, r_now): n is an int. */
-static int activate(KernelObject *self, Py_ssize_t i, int64_t n, double t, double r_now) {
-    PyObject *args[4] = {PyLong_FromSsize_t(i), PyLong_FromLongLong(n), PyFloat_FromDouble(t),
-                         PyFloat_FromDouble(r_now)};
-    PyObject *res = NULL;
-    if (args[0] && args[1] && args[2] && args[3]) res = engine_call(self, s_activate, args, 4);
-    for (int k = 0; k < 4; k++) Py_XDECREF(args[k]);
+/* Engine._activate(i, n, t, r_now) in C (§2.3): player i, at its n-th counted event, joins the
+ * active set when the n_active-th latest of its events is within the look-back window: its
+ * activity byte, the active count and sum, and (horizon, i) pushed on Engine._expiry by the
+ * heapq module's own heappush. */
+static int activate(KernelObject *self, const double *aring, char *active, PyObject *expiry, Py_ssize_t i,
+                    int64_t n, double t, double r_now) {
+    double horizon = aring[i * self->n_act + n % self->n_act] + self->active_window_s;
+    if (!(horizon > t)) return 0;
+    long long n_active;
+    double sum_active;
+    if (get_int(self, K_NACTIVE, &n_active) < 0 || get_double(self, K_SUM_ACTIVE, &sum_active) < 0) return -1;
+    PyObject *entry = Py_BuildValue("(dn)", horizon, i);
+    if (!entry) return -1;
+    PyObject *args[2] = {expiry, entry};
+    PyObject *res = PyObject_Vectorcall(heappush_fn, args, 2, NULL);
+    Py_DECREF(entry);
     if (!res) return -1;
     Py_DECREF(res);
+    active[i] = 1;
+    if (set_int(self, K_NACTIVE, n_active + 1) < 0 || set_double(self, K_SUM_ACTIVE, sum_active + r_now) < 0)
+        return -1;
     return 0;
 }
 
@@ -582,6 +595,23 @@ static int array_grow(PyObject *o, Py_ssize_t n, Py_ssize_t itemsize) {
     return 0;
 }
 
+/* Engine._new_window(i) in C: player i's §2.2 ring block at its second counted event, appended
+ * to Engine._wring as its extend() would grow it, holding its first |change| (the window's sum
+ * so far) in slot 0; 1 + the block, 0 when Python must (the ring's buffer is exported, or the
+ * block number does not fit _wslot), -1 with an error. */
+static Py_ssize_t new_window(KernelObject *self, PyObject *ring, const double *wsum, uint32_t *wslot, Py_ssize_t i) {
+    ArrayObject *w = (ArrayObject *)ring;
+    Py_ssize_t size = Py_SIZE(w), block = size / self->wlen;
+    if (w->ob_exports || block + 1 > (Py_ssize_t)UINT32_MAX) return 0;
+    if (array_grow(ring, self->wlen, 8) < 0) return -1;
+    double *cells = (double *)w->ob_item + size;
+    memset(cells, 0, (size_t)self->wlen * sizeof(double));
+    Py_SET_SIZE(w, size + self->wlen);
+    ((double *)w->ob_item)[block * self->wlen] = wsum[i];
+    wslot[i] = (uint32_t)(block + 1);
+    return block + 1;
+}
+
 /* Engine._add_player(name) in C: the same columns, lists, dict entries, ladder entry and sums,
  * in the same state. 1 when added, 0 when Python's _add_player must do it (a season's _n0
  * column, an exported buffer on a column), -1 with an error (nothing changed). */
@@ -654,23 +684,101 @@ static int add_player(KernelObject *self, PyObject *name) {
     return 1;
 }
 
-/* Kernel.apply(attacker, victim, t) -> Outcome.APPLIED | Outcome.FILTERED | None (Python path). */
-static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "apply(attacker, victim, t)");
-    PyObject *attacker = args[0], *victim = args[1], *t_obj = args[2];
+/* Engine._tier_counts[k] += d; 0, or -1 with an error. The list is checked by the caller. */
+static int tier_count_add(PyObject *counts, Py_ssize_t k, long d) {
+    PyObject *old = PyList_GET_ITEM(counts, k);
+    long n = PyLong_AsLong(old);
+    if (n == -1 && PyErr_Occurred()) return -1;
+    PyObject *v = PyLong_FromLong(n + d);
+    if (!v) return -1;
+    PyList_SET_ITEM(counts, k, v);
+    Py_DECREF(old);
+    return 0;
+}
+
+/* The tier counts when tier_place and tier_move may change them in C: a list of TIER_COUNT + 1
+ * exact ints; NULL (no error) when Python must, or with an error. */
+static PyObject *tier_counts(KernelObject *self) {
+    PyObject *counts = ITEM(K_TIER_COUNTS);
+    if (!counts) return NULL;
+    if (!PyList_CheckExact(counts) || PyList_GET_SIZE(counts) != TIER_COUNT + 1) return NULL;
+    for (Py_ssize_t k = 0; k <= TIER_COUNT; k++)
+        if (!PyLong_CheckExact(PyList_GET_ITEM(counts, k))) return NULL;
+    return counts;
+}
+
+/* Engine._move_tier(i, old, new): 1 when done, 0 when Python must (the counts' shape), -1 with
+ * an error. */
+static int tier_move(KernelObject *self, PyObject *tier_obj, double *acc, Py_ssize_t i, int old, int new) {
+    PyObject *counts = tier_counts(self);
+    if (!counts) return PyErr_Occurred() ? -1 : 0;
+    if (tier_count_add(counts, old, -1) < 0 || tier_count_add(counts, new, 1) < 0) return -1;
+    PyByteArray_AS_STRING(tier_obj)[i] = (char)new;
+    acc[i] = 0.0;
+    return increment(self, K_TIER_CHANGES) < 0 ? -1 : 1;
+}
+
+/* §6.1 placement of player i at rating r, for an engine without a season's counts (_n0 None):
+ * the tier 1 + bisect_left(Engine._neg_bounds, -r), its count, a zero accumulator. 1 when done,
+ * 0 when Python must (_n0 set, bounds or counts of another shape), -1 with an error. The
+ * caller has checked n_min and sigma_place against the event count since the engine began. */
+static int tier_place(KernelObject *self, PyObject *tier_obj, double *acc, Py_ssize_t i, double r) {
+    PyObject *n0 = slot_at(self->engine, self->off_n0, s_n0);
+    PyObject *neg = ITEM(K_NEG_BOUNDS);
+    if (!n0 || !neg) return -1;
+    if (n0 != Py_None || !PyList_CheckExact(neg)) return 0;
+    PyObject *counts = tier_counts(self);
+    if (!counts) return PyErr_Occurred() ? -1 : 0;
+    double x = -r;
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(neg);
+    while (lo < hi) { /* bisect_left, comparing floats as Python does */
+        Py_ssize_t mid = (lo + hi) / 2;
+        PyObject *b = PyList_GET_ITEM(neg, mid);
+        if (!PyFloat_CheckExact(b)) return 0;
+        if (PyFloat_AS_DOUBLE(b) < x) lo = mid + 1;
+        else hi = mid;
+    }
+    Py_ssize_t k = 1 + lo;
+    if (k > TIER_COUNT) return 0;
+    if (tier_count_add(counts, k, 1) < 0) return -1;
+    PyByteArray_AS_STRING(tier_obj)[i] = (char)k;
+    acc[i] = 0.0;
+    return 1;
+}
+
+/* attacker == victim as Python compares them; -1 with an error. Two ready exact strs are
+ * compared here as unicode_compare_eq does (length, kind, then the code units). */
+static inline int same_player(PyObject *attacker, PyObject *victim) {
+    if (attacker == victim) return 1;
+    if (PyUnicode_CheckExact(attacker) && PyUnicode_CheckExact(victim) && PyUnicode_IS_READY(attacker) &&
+        PyUnicode_IS_READY(victim)) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(attacker);
+        int kind = PyUnicode_KIND(attacker);
+        return n == PyUnicode_GET_LENGTH(victim) && kind == PyUnicode_KIND(victim) &&
+               memcmp(PyUnicode_DATA(attacker), PyUnicode_DATA(victim), (size_t)n * (size_t)kind) == 0;
+    }
+    return PyObject_RichCompareBool(attacker, victim, Py_EQ);
+}
+
+/* Kernel.apply's body. `a_obj` and `b_obj` are the two players' ids from Engine.ids (borrowed,
+ * NULL for a newcomer) when `known` (score_many has just looked them up), else looked up here. */
+static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *victim, PyObject *t_obj,
+                             int known, PyObject *a_obj, PyObject *b_obj) {
     if (!PyFloat_CheckExact(t_obj)) Py_RETURN_NONE;
     double t = PyFloat_AS_DOUBLE(t_obj);
     if (!isfinite(t)) Py_RETURN_NONE;
-    int same = PyObject_RichCompareBool(attacker, victim, Py_EQ);
+    int same = same_player(attacker, victim);
     if (same < 0) return NULL;
     if (same) Py_RETURN_NONE;
     PyObject *ids = ITEM(K_IDS);
     if (!ids) return NULL;
     if (!PyDict_CheckExact(ids)) return PyErr_Format(PyExc_TypeError, "Engine.ids must be a dict");
-    PyObject *a_obj = PyDict_GetItemWithError(ids, attacker);
-    if (!a_obj && PyErr_Occurred()) return NULL;
-    PyObject *b_obj = PyDict_GetItemWithError(ids, victim);
-    if (!b_obj && PyErr_Occurred()) return NULL;
+    if (!known) {
+        a_obj = PyDict_GetItemWithError(ids, attacker);
+        if (!a_obj && PyErr_Occurred()) return NULL;
+        b_obj = PyDict_GetItemWithError(ids, victim);
+        if (!b_obj && PyErr_Occurred()) return NULL;
+    }
     double clock;
     if (get_double(self, K_CLOCK, &clock) < 0) return NULL;
     if (t < clock && t < clock - self->late_tolerance) Py_RETURN_NONE; /* out_of_order: Python counts it */
@@ -707,14 +815,18 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
      * holds both players. */
     PyObject *col[NCOLS];
     Py_ssize_t hi_id = a > b ? a : b;
+    if (a < 0 || b < 0) return PyErr_Format(PyExc_IndexError, "player ids %zd, %zd", a, b);
+    const Py_ssize_t need = hi_id + 1, need_ring = need * self->n_act;
+    /* unrolled, so that each column's type code and stride are constants (the loop is on every
+     * event's path) */
+#pragma GCC unroll 16
     for (int c = 0; c < NCOLS; c++) {
         PyObject *o = slot_at(self->engine, self->coff[c], col_keys[c]);
         if (!o) return NULL;
         if (Py_TYPE(o) != array_type || *((ArrayObject *)o)->ob_descr != col_code[c])
             return PyErr_Format(PyExc_TypeError, "Engine.%s must be array('%c')", col_attr[c], col_code[c]);
         /* _wring is a pool of blocks, checked where a block is used */
-        Py_ssize_t stride = c == C_WRING ? 0 : c == C_ARING ? self->n_act : 1;
-        if (a < 0 || b < 0 || Py_SIZE(o) < (hi_id + 1) * stride)
+        if (c != C_WRING && Py_SIZE(o) < (c == C_ARING ? need_ring : need))
             return PyErr_Format(PyExc_IndexError, "Engine.%s is shorter than player %zd", col_attr[c], hi_id);
         col[c] = o;
     }
@@ -942,7 +1054,11 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
             continue;
         }
         Py_ssize_t base = (Py_ssize_t)wslot[i];
-        if (!base) { /* the second counted event: the player's ring block, from Python */
+        if (!base) { /* the second counted event: the player's ring block */
+            base = new_window(self, col[C_WRING], wsum, wslot, i);
+            if (base < 0) return NULL;
+        }
+        if (!base) { /* Python's, when the ring is exported or full */
             PyObject *res = engine_call(self, s_window, &players_obj[side], 1);
             if (!res) return NULL;
             base = PyLong_AsSsize_t(res);
@@ -1018,13 +1134,16 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     /* §2.3 activity ring: the time of this counted event. */
     aring[a * n_act + na % n_act] = t;
     aring[b * n_act + nb % n_act] = t;
-    if (!active_a && na + 1 >= n_act && activate(self, a, na + 1, t, ra_new) < 0) return NULL;
-    if (!active_b && nb + 1 >= n_act && activate(self, b, nb + 1, t, rb_new) < 0) return NULL;
+    if (!active_a && na + 1 >= n_act &&
+        activate(self, aring, PyByteArray_AS_STRING(active_obj), expiry, a, na + 1, t, ra_new) < 0)
+        return NULL;
+    if (!active_b && nb + 1 >= n_act &&
+        activate(self, aring, PyByteArray_AS_STRING(active_obj), expiry, b, nb + 1, t, rb_new) < 0)
+        return NULL;
     /* §6.1 placement and §6.4 accumulators as Engine._tiers_after_event does them, inline
-     * (same comparisons, same arithmetic): a placed player inside its tier band, or one whose
-     * accumulator grows without reaching h_req, and an unplaced player that cannot place yet
-     * (too few events, or sigma above sigma_place). Only a placement or a tier move (which
-     * update the tier counts) calls back into Engine._tiers_after_event. */
+     * (same comparisons, same arithmetic), the placement and the move included (tier_place,
+     * tier_move); Engine._tiers_after_event is called back only when those decline (a season's
+     * counts, tier counts of another shape). */
     double r_new[2] = {ra_new, rb_new}, s_new[2] = {sa_new, sb_new};
     for (int side = 0; side < 2; side++) {
         Py_ssize_t i = players[side];
@@ -1053,8 +1172,17 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
                     continue;
                 }
             }
+            if (r >= upper || r < lower) { /* not a NaN: Python's else branch is its to take */
+                int moved = tier_move(self, tier_obj, acc, i, k, r >= upper ? k - 1 : k + 1);
+                if (moved < 0) return NULL;
+                if (moved) continue;
+            }
         } else if (counts[side] + 1 < self->n_min || !(s_new[side] <= self->sigma_place)) {
             continue;
+        } else {
+            int placed = tier_place(self, tier_obj, dcol(col[C_H]), i, r);
+            if (placed < 0) return NULL;
+            if (placed) continue;
         }
         PyObject *res = callback(self, s_tiers, i, 2, r_new[side], s_new[side], 0.0);
         if (!res) return NULL;
@@ -1063,6 +1191,12 @@ static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssiz
     if (increment(self, K_APPLIED) < 0) return NULL;
     Py_INCREF(self->applied_obj);
     return self->applied_obj;
+}
+
+/* Kernel.apply(attacker, victim, t) -> Outcome.APPLIED | Outcome.FILTERED | None (Python path). */
+static PyObject *Kernel_apply(KernelObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "apply(attacker, victim, t)");
+    return apply_event(self, args[0], args[1], args[2], 0, NULL, NULL);
 }
 
 /* The constants the kernel reads from Engine._kc, by name (engine.kernel_constants declares them). */
@@ -1086,7 +1220,7 @@ static const struct {
     KC(cap_decay, KC_BOOL),        KC(sweep_sigma, KC_BOOL),     KC(repeat_w, KC_DOUBLE),
     KC(display_cap, KC_BOOL),      KC(late_tolerance, KC_DOUBLE), KC(t_cooldown, KC_DOUBLE),
     KC(sigma_place, KC_DOUBLE),    KC(h_req, KC_DOUBLE),         KC(max_players, KC_INT),
-    KC(recal_min_events, KC_INT),
+    KC(recal_min_events, KC_INT),  KC(active_window_s, KC_DOUBLE),
 };
 
 /* The columns and attributes the kernel touches must be declared in Engine.KERNEL_COLUMNS (with
@@ -1380,11 +1514,14 @@ static PyObject *Kernel_feed_many(KernelObject *self, PyObject *const *args, Py_
 
 /* ADRModel.predict(a, b): Engine.predict for two tracked players (the same expressions:
  * D = theta + lambda * (sum_sigma / n), then the calibrated link), 0.5 otherwise. */
-static int predict_names(KernelObject *self, PyObject *ids, PyObject *a_name, PyObject *b_name, double *out) {
+static int predict_names(KernelObject *self, PyObject *ids, PyObject *a_name, PyObject *b_name, double *out,
+                         PyObject **ia_out, PyObject **ib_out) {
     PyObject *ia = PyDict_GetItemWithError(ids, a_name);
     if (!ia && PyErr_Occurred()) return -1;
-    PyObject *ib = ia ? PyDict_GetItemWithError(ids, b_name) : NULL;
+    PyObject *ib = PyDict_GetItemWithError(ids, b_name);
     if (!ib && PyErr_Occurred()) return -1;
+    *ia_out = ia;
+    *ib_out = ib;
     if (!ia || !ib) {
         *out = 0.5;
         return 0;
@@ -1458,12 +1595,13 @@ static PyObject *score_many_body(KernelObject *self, PyObject *const *args, Py_s
             if (due) break;
         }
         PyObject *argv[3] = {PyList_GET_ITEM(att, k), PyList_GET_ITEM(vic, k), t_obj};
-        if (predict_names(self, ids, argv[0], argv[1], &dst[k]) < 0) goto done;
+        PyObject *ia, *ib; /* borrowed from ids, which nothing changes before apply_event reads them */
+        if (predict_names(self, ids, argv[0], argv[1], &dst[k], &ia, &ib) < 0) goto done;
         if (!lrn[k]) continue;
         Py_INCREF(argv[0]);
         Py_INCREF(argv[1]);
         Py_INCREF(t_obj);
-        PyObject *o = Kernel_apply(self, argv, 3);
+        PyObject *o = apply_event(self, argv[0], argv[1], t_obj, 1, ia, ib);
         Py_DECREF(argv[0]);
         Py_DECREF(argv[1]);
         Py_DECREF(t_obj);
@@ -1552,7 +1690,6 @@ int kernel_register(PyObject *module) {
         if (!(col_keys[c] = PyUnicode_InternFromString(col_attr[c]))) return -1;
     if (!(s_append = PyUnicode_InternFromString("append")) || !(s_popleft = PyUnicode_InternFromString("popleft")) ||
         !(s_expire = PyUnicode_InternFromString("_expire")) || !(s_pooled = PyUnicode_InternFromString("_pooled")) ||
-        !(s_activate = PyUnicode_InternFromString("_activate")) ||
         !(s_tiers = PyUnicode_InternFromString("_tiers_after_event")) ||
         !(s_window = PyUnicode_InternFromString("_new_window")) ||
         !(s_next_recal = PyUnicode_InternFromString("next_recalibration")) ||
@@ -1575,6 +1712,11 @@ int kernel_register(PyObject *module) {
     fsum_fn = PyObject_GetAttrString(math_mod, "fsum");
     Py_DECREF(math_mod);
     if (!fsum_fn) return -1;
+    PyObject *heapq_mod = PyImport_ImportModule("heapq");
+    if (!heapq_mod) return -1;
+    heappush_fn = PyObject_GetAttrString(heapq_mod, "heappush");
+    Py_DECREF(heapq_mod);
+    if (!heappush_fn) return -1;
     int known = layout_known();
     if (known < 0) return -1;
     if (!known) return 0; /* another array layout: no Kernel, the engine stays on Python */

@@ -55,6 +55,12 @@ def tally(
 ) -> tuple[int, float]:
     """The kill and death counts of arenad/sessions.py (arenad/core/_sessions.c)."""
 
+class NameTable:
+    """The names scan_kills has made, by their bytes, so that each is made once (_jsonl.c)."""
+
+    def __init__(self) -> None: ...
+    def __len__(self) -> int: ...
+
 def scan_kills(
     data: bytes,
     pos: int,
@@ -64,5 +70,6 @@ def scan_kills(
     limit: int,
     safe: int,
     max_line: int,
+    names: NameTable | None,
     /,
 ) -> tuple[int, int]: ...

@@ -230,7 +230,7 @@ def kernel_constants(p: ADRParams) -> dict[str, Any]:
     ``constants[]``; a missing name or a wrong type refuses the kernel), so adding or reordering
     an entry needs no edit there. ``Engine._k`` is its values in this order, _apply_py's one
     unpack (its names are these keys, an unused one with a leading underscore: a test checks it);
-    the last six only the kernel reads (the Python path reads ``params`` for those).
+    the last seven only the kernel reads (the Python path reads ``params`` for those).
     """
     return {
         "t_return_s": p.t_return * p.day_seconds,
@@ -274,6 +274,7 @@ def kernel_constants(p: ADRParams) -> dict[str, Any]:
         "h_req": p.h_req,
         "max_players": p.max_players,
         "recal_min_events": p.recalibrate_min_events,
+        "active_window_s": p.t_active * p.day_seconds,
     }
 
 
@@ -378,7 +379,7 @@ class Engine:
         "_sum_sigma", "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied",
         "names", "ids", "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier",
         "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied", "next_recalibration",
-        "_ladder_ok",
+        "_ladder_ok", "_neg_bounds", "_tier_counts", "tier_changes",
     )  # fmt: skip
 
     def __init__(self, params: ADRParams | None = None, *, native: bool | None = None) -> None:
@@ -651,6 +652,7 @@ class Engine:
             dmax, inv_g2, lp, keep_phi, n_act, n_min, decay_on,
             logistic, cal_keep, grace_s, cap_decay, sweep_sigma, _repeat_w, display_cap,
             _late_tolerance, _t_cooldown, _sigma_place, _h_req, _max_players, _recal_min_events,
+            _active_window_s,
         ) = self._k  # fmt: skip
         r_arr = self._r
         s_arr = self._sigma

@@ -41,6 +41,20 @@ class TestBenchmarksRun:
         feed = out["feed"]
         assert isinstance(feed, dict) and feed["openskill_rate_per_s"] > 0
 
+    def test_replay_instruction_count_parts(self) -> None:
+        """bench.replay_count (what callgrind runs): every part on a tiny stream."""
+        for part in ("replay", "tune", "feed", "none"):
+            proc = subprocess.run(
+                [sys.executable, "-m", "bench.replay_count", part, "--kills", "2000"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            assert proc.stderr.startswith("seconds ")
+
     def test_feed_benchmark(self) -> None:
         out = run("bench.feeds", "--lines", "5000", "--kills", "2000", "--repeat", "1")
         formats = out["formats"]

@@ -88,6 +88,7 @@ def assert_same(native: Engine, py: Engine) -> None:
     assert count == count_py
     assert canonical(got.tolist()) == canonical(want.tolist())
     assert native.tier_changes == py.tier_changes
+    assert native._tier_counts == py._tier_counts
     assert native.ladder_is_consistent()
 
 
