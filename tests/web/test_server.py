@@ -1,4 +1,4 @@
-"""The aiohttp adapter: connection limit, trusted proxies, start and close."""
+"""The llhttp adapter: connection limit, trusted proxies, head limits, framing, start and close."""
 
 from __future__ import annotations
 
@@ -180,6 +180,74 @@ class TestHttp11:
             while chunk := s.recv(65536):
                 data += chunk
         assert data.split(b" ", 2)[1] == b"200"
+
+
+class TestHeadLimits:
+    """A head over max_header_bytes is refused with 431 however it arrives; one under it is not."""
+
+    def _exchange(self, client: Client, pieces: list[bytes]) -> bytes:
+        with socket.create_connection((client.host, client.port), timeout=TIMEOUT) as s:
+            for piece in pieces:
+                try:
+                    s.sendall(piece)
+                except OSError:  # the server refused and closed while we were still sending
+                    break
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        return data
+
+    def test_trickled_oversized_head_is_refused(self, client: Client) -> None:
+        # 8190 bytes by default: a header value sent in 1 KB pieces, never finished. It must be
+        # refused once it passes the limit, not held until a blank line that never comes.
+        pieces = [b"GET /api/v1/tiers HTTP/1.1\r\nHost: x\r\nX-Junk: "] + [b"j" * 1024] * 12
+        data = self._exchange(client, pieces)
+        assert data.startswith(b"HTTP/1.1 431 "), data[:80]
+        assert b"Connection: close" in data
+
+    def test_head_just_under_the_limit_is_served(self, client: Client) -> None:
+        start = b"GET /api/v1/tiers HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Junk: "
+        junk = b"j" * (8190 - len(start) - 8)
+        data = self._exchange(client, [start, junk[:4000], junk[4000:], b"\r\n\r\n"])
+        assert data.startswith(b"HTTP/1.1 200 "), data[:80]
+
+    def test_head_over_the_limit_in_one_piece(self, client: Client) -> None:
+        data = self._exchange(
+            client, [b"GET /api/v1/tiers HTTP/1.1\r\nHost: x\r\nX-Junk: " + b"j" * 9000 + b"\r\n\r\n"]
+        )
+        assert data.startswith(b"HTTP/1.1 431 "), data[:80]
+
+    def test_http_1_1_needs_a_host(self, client: Client) -> None:
+        data = self._exchange(client, [b"GET /api/v1/tiers HTTP/1.1\r\n\r\n"])
+        assert data.startswith(b"HTTP/1.1 400 "), data[:80]
+
+    def test_a_body_is_skipped_and_the_next_request_served(self, client: Client) -> None:
+        data = self._exchange(
+            client,
+            [
+                b"POST /api/v1/tiers HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello\r\n\r\nx"
+                b"GET /api/v1/tiers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            ],
+        )
+        assert data.startswith(b"HTTP/1.1 405 "), data[:80]
+        assert data.count(b"HTTP/1.1 ") == 2 and b"HTTP/1.1 200 " in data
+
+
+class TestSlowClients:
+    """A client that sends its head slower than idle_timeout is closed; the server goes on."""
+
+    def test_trickling_head_times_out(self, world: World) -> None:
+        srv = start_server(world, idle_timeout=0.3)
+        try:
+            assert srv.handle.address is not None
+            host, _, port = srv.handle.address.rpartition(":")
+            with socket.create_connection((host, int(port)), timeout=TIMEOUT) as s:
+                s.sendall(b"GET /api/v1/tiers HTTP/1.1\r\n")
+                s.settimeout(TIMEOUT)
+                assert s.recv(100) == b""  # closed by the server, with no answer
+            assert Client(srv.handle.address).get("/api/v1/tiers").status == 200
+        finally:
+            srv.stop()
 
 
 def test_the_web_keeps_to_its_share_of_the_loop() -> None:
