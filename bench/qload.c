@@ -14,7 +14,8 @@
  * j % CONNS; a connection still waiting for its previous reply sends when that reply is in
  * (open loop per connection, as the Python client). OUT receives, per request, three doubles:
  * latency (reply complete - request sent), lag (reply complete - due) in seconds, and 1.0 if the
- * reply was an error, else 0.0 (all three 0.0 for a request not answered in time). It stops
+ * reply was an error, else 0.0 (with "http": the status code instead); all three 0.0 for a request
+ * not answered in time. It stops
  * GRACE_S seconds (default 60) after the last request is due. Exit status 0 when every request
  * was answered, 5 when some were not.
  */
@@ -76,7 +77,7 @@ static size_t resp_reply(const char *p, size_t n, int *err) {
 }
 
 /* Length of one complete HTTP response at p[0..n) framed by Content-Length, 0 if incomplete. */
-static size_t http_reply(const char *p, size_t n, int *err) {
+static size_t http_reply(const char *p, size_t n, int *status_out) {
     const char *end = memmem(p, n, "\r\n\r\n", 4);
     if (!end) return 0;
     size_t head = (size_t)(end - p) + 4;
@@ -85,7 +86,7 @@ static size_t http_reply(const char *p, size_t n, int *err) {
     for (const char *line = memchr(p, '\n', head); line && line < end; line = memchr(line + 1, '\n', (size_t)(end - line))) {
         if (strncasecmp(line + 1, "content-length:", 15) == 0) length = strtol(line + 16, NULL, 10);
     }
-    if (status < 200 || status >= 400) *err = 1;
+    *status_out = (int)status;
     return n >= head + (size_t)length ? head + (size_t)length : 0;
 }
 
@@ -201,7 +202,7 @@ int main(int argc, char **argv) {
                 long j = c->waiting;
                 out[3 * j] = done - c->sent;
                 out[3 * j + 1] = done - (start + (double)j / qps);
-                out[3 * j + 2] = err ? 1.0 : 0.0;
+                out[3 * j + 2] = http ? (double)err : err ? 1.0 : 0.0;
                 answered++;
                 c->waiting = -1;
                 memmove(c->buf, c->buf + used, c->len - used);

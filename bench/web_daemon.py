@@ -374,7 +374,15 @@ def qload_run(
         if ok:
             lat.setdefault(k, []).append(latency)
             late.setdefault(k, []).append(lag)
-    errors = int(rows[answered, 2].sum())
+    if http:  # the status code of each answer
+        codes = rows[answered, 2].astype(int).tolist()
+        statuses = {str(c): codes.count(c) for c in sorted(set(codes))}
+        errors = sum(1 for c in codes if c >= 400)
+    else:
+        errors = int(rows[answered, 2].sum())
+        statuses = (
+            {"200": int(answered.sum()) - errors, "500": errors} if errors else {"200": int(answered.sum())}
+        )
     failed = done.returncode not in (0, 5)  # 5: some were not answered in time (the backlog)
     return {
         "client": "qload.c",
@@ -384,7 +392,7 @@ def qload_run(
         "seconds": seconds,
         "latency": {k: pct(v) for k, v in lat.items()},
         "latency_from_due": {k: pct(v) for k, v in late.items()},
-        "statuses": {"ok": int(answered.sum()) - errors, "error": errors},
+        "statuses": statuses,
         "errors": [f"qload exited with {done.returncode}"] if failed else [],
         "error_count": errors + failed,
     }
