@@ -106,6 +106,7 @@ class _Shared:
     settings: WebSettings
     trusted: tuple[Any, ...]
     observe: Observe | None
+    engine_behind: Callable[[], bool] = field(default=lambda: True)
     open: set[_HttpConnection] = field(default_factory=set)
     active: int = 0
     # The loop-share budget: seconds spent answering in the current window, and when it ends.
@@ -117,14 +118,16 @@ class _Shared:
 
         The engine task, the sources and the query port share one event loop with the web: a
         burst of HTTP requests (2,000/s of 1 ms each is two cores' worth) would otherwise
-        starve ingest. Beyond ``loop_share`` of each window the connections stop reading; the
-        requests wait in their sockets, and the rest of the window is the engine's."""
+        starve ingest. Beyond ``loop_share`` of each window, while the engine has a backlog
+        (``engine_behind``), the connections stop reading; the requests wait in their sockets,
+        and the rest of the window is the engine's. While the engine keeps up the web goes on:
+        holding requests back then only leaves the loop idle (docs/web.md "Performance")."""
         if now >= self.window_end:
             self.window_end = now + _BUDGET_WINDOW
             self.used = 0.0
             return 0.0
         share = self.settings.loop_share
-        if share >= 1.0 or self.used < share * _BUDGET_WINDOW:
+        if share >= 1.0 or self.used < share * _BUDGET_WINDOW or not self.engine_behind():
             return 0.0
         return self.window_end - now
 
@@ -447,7 +450,7 @@ async def start_web(settings: WebSettings, ports: WebPorts, *, observe: Observe 
         return WebHandle(app, None)
     loop = asyncio.get_running_loop()
     trusted = tuple(ipaddress.ip_network(n, strict=False) for n in settings.trusted_proxies)
-    shared = _Shared(app, settings, trusted, observe)
+    shared = _Shared(app, settings, trusted, observe, ports.engine_behind)
     host, port = parse_hostport(settings.listen)
     server = await loop.create_server(lambda: _HttpConnection(shared), host, port)
     sock = server.sockets[0].getsockname()

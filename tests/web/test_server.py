@@ -267,3 +267,23 @@ def test_the_web_keeps_to_its_share_of_the_loop() -> None:
     unlimited.budget_wait(1.0)
     unlimited.used = 5.0
     assert unlimited.budget_wait(1.05) == 0.0
+
+
+def test_the_share_holds_only_while_the_engine_is_behind() -> None:
+    """Past the share the web goes on while the engine keeps up, and waits once it falls behind."""
+    from arenad.web.config import WebSettings
+    from arenad.web.server import _BUDGET_WINDOW, _Shared
+
+    behind = [False]
+    shared = _Shared(
+        app=None,  # type: ignore[arg-type]
+        settings=WebSettings(loop_share=0.2),
+        trusted=(),
+        observe=None,
+        engine_behind=lambda: behind[0],
+    )
+    assert shared.budget_wait(10.0) == 0.0
+    shared.used = 0.05  # well over 0.2 x 0.1 s
+    assert shared.budget_wait(10.03) == 0.0  # the engine has nothing waiting: the loop is free
+    behind[0] = True
+    assert shared.budget_wait(10.03) == pytest.approx(10.0 + _BUDGET_WINDOW - 10.03)
