@@ -145,7 +145,8 @@ class _HttpConnection(asyncio.Protocol):
         self._shared = shared
         self._loop = asyncio.get_running_loop()
         self._parser = httptools.HttpRequestParser(self)
-        self._buf = bytearray()  # received and not yet given to the parser
+        self._buf = bytearray()  # received; from _pos on not yet given to the parser
+        self._pos = 0
         self._transport: asyncio.Transport | None = None
         self._peer = "-"
         # The request being parsed: its target, headers, head size; the ones parsed, to answer.
@@ -281,7 +282,7 @@ class _HttpConnection(asyncio.Protocol):
                     if not self._answer(parsed) or not parsed.keep_alive:
                         self.close()
                         return
-                elif self._buf:
+                elif self._pos < len(self._buf):
                     if not self._feed():
                         self.close()
                         return
@@ -298,17 +299,24 @@ class _HttpConnection(asyncio.Protocol):
     def _feed(self) -> bool:
         """Give llhttp the buffered bytes up to the end of the next head; False (an error sent)
         when the request is malformed or its head is over ``max_header_bytes``."""
-        buf = self._buf
-        end = buf.find(b"\r\n\r\n")
-        n = end + 4 if end >= 0 else len(buf)
+        buf, pos = self._buf, self._pos
+        end = buf.find(b"\r\n\r\n", pos)
+        n = (end + 4 if end >= 0 else len(buf)) - pos
         limit = self._shared.settings.max_header_bytes
         # Outside a body every byte up to the blank line is request line and headers: an
         # oversized head is refused before llhttp holds it (a client trickling one included).
-        if not self._in_body and self._partial + (end if end >= 0 else n) > limit:
+        if not self._in_body and self._partial + (end - pos if end >= 0 else n) > limit:
             self._send_error(431, "request line and headers too large")
             return False
-        piece = bytes(buf[:n])
-        del buf[:n]
+        piece = bytes(buf[pos : pos + n])
+        # An offset, not a cut per request: a read of many pipelined requests is moved once.
+        self._pos = pos + n
+        if self._pos >= len(buf):
+            buf.clear()
+            self._pos = 0
+        elif self._pos > 65536:
+            del buf[: self._pos]
+            self._pos = 0
         self._partial = 0 if end >= 0 else self._partial + n
         try:
             self._parser.feed_data(piece)
@@ -316,6 +324,7 @@ class _HttpConnection(asyncio.Protocol):
             # An upgrade (or CONNECT) is not served: the request is answered, then we close.
             self._eof = True
             self._buf.clear()
+            self._pos = 0
         except httptools.HttpParserError as e:
             self._send_error(400, f"bad request: {e}")
             return False

@@ -164,6 +164,22 @@ class TestHttp11:
         assert [r.split(b" ", 2)[1] for r in replies] == [b"200", b"404", b"200"]
         assert b'"tiers"' in replies[0] and b'"version"' in replies[2]
 
+    def test_many_pipelined_requests_in_one_write(self, client: Client) -> None:
+        # More than one slice of work and more than the buffer's compaction point: every one
+        # answered, in order.
+        n = 400
+        with socket.create_connection((client.host, client.port), timeout=TIMEOUT) as s:
+            s.sendall(
+                b"".join(
+                    b"GET /api/v1/players/nobody-%d HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n"
+                    % (k, b"p" * 200)
+                    for k in range(n)
+                )
+            )
+            replies = self._read_responses(s, n)
+        assert [r.split(b" ", 2)[1] for r in replies] == [b"404"] * n
+        assert all(b"nobody-%d" % k in r for k, r in enumerate(replies))
+
     def test_connection_close_is_honoured(self, client: Client) -> None:
         with socket.create_connection((client.host, client.port), timeout=TIMEOUT) as s:
             s.sendall(b"GET /api/v1/tiers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
