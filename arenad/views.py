@@ -69,28 +69,30 @@ def ladder_rows(
 ) -> list[dict[str, Any]]:
     """One leaderboard row per id, in the order given; ``rank`` another ranking than the
     ladder's own (the web's public ranks skip hidden players)."""
-    # The engine's accessors rather than a PlayerView per row: a top-100 is 100 rows.
+    ids = list(ids)
+    # The columns in one gather each (Engine.row_columns) rather than a PlayerView per row.
+    mus, sigmas, displays, tiers, actives, ranks = eng.row_columns(ids)
+    if rank is not None:
+        ranks = [rank(i) for i in ids]
+    if k != DISPLAY_K:
+        displays = [mu - k * sigma for mu, sigma in zip(mus, sigmas, strict=True)]
     names = eng.names
-    rank_of = eng.rank if rank is None else rank
-    rows = []
-    for i in ids:
-        mu = eng.mu(i)
-        sigma = eng.sigma(i)
-        tier = eng.tier_of(i)
-        rows.append(
-            {
-                # Competition rank, as in "get": equal ratings share the better rank.
-                "rank": rank_of(i),
-                "player": names[i],
-                "mu": mu,
-                "sigma": sigma,
-                "display": display_rating(eng, i, k),
-                "tier": tier,
-                "provisional": tier is None,
-                "active": eng.is_active(i),
-            }
+    return [
+        {
+            # Competition rank, as in "get": equal ratings share the better rank.
+            "rank": rank_i,
+            "player": names[i],
+            "mu": mu,
+            "sigma": sigma,
+            "display": display,
+            "tier": TIER_NAMES[tier - 1] if tier else None,
+            "provisional": not tier,
+            "active": bool(active),
+        }
+        for i, mu, sigma, display, tier, active, rank_i in zip(
+            ids, mus, sigmas, displays, tiers, actives, ranks, strict=True
         )
-    return rows
+    ]
 
 
 def walk_ladder(eng: Engine, keep: Callable[[int], bool], offset: int, n: int) -> tuple[list[int], bool]:

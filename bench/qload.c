@@ -4,15 +4,20 @@
  * together wait for each other's handling (bench/README.md, "query"). This client spends
  * microseconds per reply, so the latency it reports is the server's and the network stack's.
  *
- *   qload HOST PORT PROTO CONNS QPS START_NS REQUESTS OUT
+ *   qload HOST PORT PROTO CONNS QPS START_NS REQUESTS OUT [GRACE_S]
  *
- * PROTO is "line" (one reply line per request: arenad) or "resp" (one RESP reply: Redis).
+ * PROTO is "line" (one reply line per request: arenad's query port), "resp" (one RESP reply: Redis)
+ * or "http" (one HTTP/1.1 response framed by Content-Length: arenad's web port; an error is a
+ * status of 400 or more).
  * REQUESTS holds the requests back to back, each preceded by its length as a 4-byte little-endian
  * integer. Request j is due at START_NS (CLOCK_MONOTONIC) + j / QPS seconds on connection
  * j % CONNS; a connection still waiting for its previous reply sends when that reply is in
  * (open loop per connection, as the Python client). OUT receives, per request, three doubles:
  * latency (reply complete - request sent), lag (reply complete - due) in seconds, and 1.0 if the
- * reply was an error, else 0.0. Exit status 0 when every request was answered.
+ * reply was an error, else 0.0 (with "http": the status code instead); all three 0.0 for a request
+ * not answered in time. It stops
+ * GRACE_S seconds (default 60) after the last request is due. Exit status 0 when every request
+ * was answered, 5 when some were not.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -24,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -35,7 +41,7 @@ typedef struct {
     long next;     /* next request index of this connection */
     long waiting;  /* request awaiting its reply, or -1 */
     double sent;   /* when it was sent */
-    char buf[1 << 16];
+    char buf[1 << 20]; /* a web page or a 256-player batch answer is tens of KB */
     size_t len;
 } Conn;
 
@@ -70,13 +76,27 @@ static size_t resp_reply(const char *p, size_t n, int *err) {
     }
 }
 
+/* Length of one complete HTTP response at p[0..n) framed by Content-Length, 0 if incomplete. */
+static size_t http_reply(const char *p, size_t n, int *status_out) {
+    const char *end = memmem(p, n, "\r\n\r\n", 4);
+    if (!end) return 0;
+    size_t head = (size_t)(end - p) + 4;
+    long status = n > 12 ? strtol(p + 9, NULL, 10) : 0;
+    long length = 0;
+    for (const char *line = memchr(p, '\n', head); line && line < end; line = memchr(line + 1, '\n', (size_t)(end - line))) {
+        if (strncasecmp(line + 1, "content-length:", 15) == 0) length = strtol(line + 16, NULL, 10);
+    }
+    *status_out = (int)status;
+    return n >= head + (size_t)length ? head + (size_t)length : 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 9) {
-        fprintf(stderr, "usage: qload HOST PORT PROTO CONNS QPS START_NS REQUESTS OUT\n");
+    if (argc != 9 && argc != 10) {
+        fprintf(stderr, "usage: qload HOST PORT PROTO CONNS QPS START_NS REQUESTS OUT [GRACE_S]\n");
         return 2;
     }
     const char *host = argv[1], *port = argv[2];
-    int resp = strcmp(argv[3], "resp") == 0;
+    int resp = strcmp(argv[3], "resp") == 0, http = strcmp(argv[3], "http") == 0;
     int nconn = atoi(argv[4]);
     double qps = atof(argv[5]);
     double start = (double)atoll(argv[6]) * 1e-9;
@@ -124,7 +144,7 @@ int main(int argc, char **argv) {
     struct epoll_event tev = {.events = EPOLLIN, .data.u32 = UINT32_MAX};
     epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &tev);
     long answered = 0;
-    double deadline = start + (double)total / qps + 60.0;
+    double deadline = start + (double)total / qps + (argc == 10 ? atof(argv[9]) : 60.0);
     while (answered < total && now_s() < deadline) {
         /* Send every request that is due on an idle connection; arm the timer for the next. */
         double t = now_s(), next_due = -1.0;
@@ -168,7 +188,9 @@ int main(int argc, char **argv) {
             for (;;) {
                 int err = 0;
                 size_t used;
-                if (resp) {
+                if (http) {
+                    used = http_reply(c->buf, c->len, &err);
+                } else if (resp) {
                     used = c->len ? resp_reply(c->buf, c->len, &err) : 0;
                 } else {
                     char *eol = memchr(c->buf, '\n', c->len);
@@ -180,7 +202,7 @@ int main(int argc, char **argv) {
                 long j = c->waiting;
                 out[3 * j] = done - c->sent;
                 out[3 * j + 1] = done - (start + (double)j / qps);
-                out[3 * j + 2] = err ? 1.0 : 0.0;
+                out[3 * j + 2] = http ? (double)err : err ? 1.0 : 0.0;
                 answered++;
                 c->waiting = -1;
                 memmove(c->buf, c->buf + used, c->len - used);

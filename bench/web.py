@@ -11,7 +11,7 @@ store's). Two measurements per request kind:
 * **handler**: ``WebApp.handle`` called in-process (routing, parameters, the read, JSON or HTML,
   the ETag): what one request holds the event loop for. Reference: ``QueryHandler.handle_line``
   (the NDJSON query op) for ``get`` and ``top`` on the same engine.
-* **e2e**: a real server — arenad's (``start_web``, h11 on a protocol) and, for the choice,
+* **e2e**: a real server — arenad's (``start_web``, llhttp on a protocol) and, for the choice,
   the same app on aiohttp (bench/web_aiohttp.py) — and the real query server (``serve_query``) on one
   uvloop loop in a thread; one blocking keep-alive client in a forked process (not sharing the
   server's GIL) sends the requests one after another over loopback: latency as the client sees
@@ -363,7 +363,7 @@ def serve(address: str, players: int, seconds: float) -> int:
     return 0
 
 
-ADAPTERS: dict[str, Callable[..., Any]] = {"h11": start_web, "aiohttp": start_web_aiohttp}
+ADAPTERS: dict[str, Callable[..., Any]] = {"llhttp": start_web, "aiohttp": start_web_aiohttp}
 
 
 def e2e(

@@ -1,7 +1,7 @@
 """bench/web.py's second adapter: the web app on aiohttp's low-level server (not used by arenad).
 
-arenad serves the web layer with h11 on an ``asyncio.Protocol`` (arenad/web/server.py); this
-aiohttp adapter is kept for the measurement that chose it (docs/web.md "Why h11"). The notes
+arenad serves the web layer with llhttp (httptools) on an ``asyncio.Protocol`` (arenad/web/server.py); this
+aiohttp adapter is kept for the measurement that chose it (docs/web.md "Why a protocol"). The notes
 below are what it was written for.
 
 Thin (STYLE.md §2): it turns an aiohttp request into a ``Request`` (raw path and query, the client

@@ -38,6 +38,8 @@ import multiprocessing
 import random
 import shutil
 import socket
+import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,7 +52,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.core import loadavg, machine
-from bench.scale import in_fresh_interpreter
+from bench.scale import build_qload, in_fresh_interpreter
 from bench.web import commit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -309,6 +311,7 @@ def load_child(
     out: Any,
     addr: tuple[str, int],
     *,
+    exe: str | None,
     kind: str,
     names: list[str],
     players: int,
@@ -317,10 +320,14 @@ def load_child(
     conns: int,
     only: tuple[str, ...],
 ) -> None:
+    """One phase's load: through bench/qload.c at ``exe``, or the asyncio generator."""
     import uvloop  # noqa: PLC0415
 
     try:
         make = http_targets(names, 1, only) if kind == "http" else query_targets(players, 2, names)
+        if exe is not None:
+            out.send(qload_run(exe, addr, make, http=kind == "http", rps=rps, seconds=seconds, conns=conns))
+            return
         res = uvloop.run(
             open_loop(addr, make=make, http=kind == "http", rps=rps, seconds=seconds, conns=conns)
         )
@@ -329,6 +336,66 @@ def load_child(
         out.send(res)
     except Exception as e:  # reported to the parent rather than lost
         out.send({"error": f"{type(e).__name__}: {e}"})
+
+
+def qload_run(
+    exe: str,
+    addr: tuple[str, int],
+    make: Callable[[int], tuple[str, bytes]],
+    *,
+    http: bool,
+    rps: float,
+    seconds: float,
+    conns: int,
+) -> dict[str, Any]:
+    """The requests through bench/qload.c: one epoll loop spending microseconds a reply, so
+    what it measures is the daemon and the loopback, not a Python client's own queueing (on 2
+    cores the asyncio generator is itself a bound). Request j goes on connection j % conns when
+    due, or when that connection's previous answer is in (open loop per connection)."""
+    n = int(rps * seconds)
+    reqs = [make(i) for i in range(n)]
+    with tempfile.TemporaryDirectory(prefix="arenad-qload-") as tmp:
+        req_file = Path(tmp) / "requests"
+        req_file.write_bytes(b"".join(struct.pack("<I", len(r)) + r for _, r in reqs))
+        res_file = Path(tmp) / "latencies"
+        # time.monotonic() is CLOCK_MONOTONIC on Linux, the clock qload schedules by.
+        start_ns = str(int((time.monotonic() + 0.05) * 1e9))
+        args = [exe, addr[0], str(addr[1]), "http" if http else "line", str(conns), str(rps), start_ns]
+        # A server slower than the rate leaves a backlog: stop a second after the window, as
+        # the asyncio generator does, so the phase ends on time.
+        done = subprocess.run([*args, str(req_file), str(res_file), "1.0"], timeout=seconds + 90, check=False)
+        if not res_file.exists():
+            return {"error": f"qload exited with {done.returncode} and wrote nothing"}
+        rows = np.fromfile(res_file, dtype=np.float64).reshape(-1, 3)
+    answered = rows[:, 1] > 0  # a request never answered keeps its zeros
+    lat: dict[str, list[float]] = {}
+    late: dict[str, list[float]] = {}
+    for (k, _), (latency, lag, _err), ok in zip(reqs, rows.tolist(), answered.tolist(), strict=True):
+        if ok:
+            lat.setdefault(k, []).append(latency)
+            late.setdefault(k, []).append(lag)
+    if http:  # the status code of each answer
+        codes = rows[answered, 2].astype(int).tolist()
+        statuses = {str(c): codes.count(c) for c in sorted(set(codes))}
+        errors = sum(1 for c in codes if c >= 400)
+    else:
+        errors = int(rows[answered, 2].sum())
+        statuses = (
+            {"200": int(answered.sum()) - errors, "500": errors} if errors else {"200": int(answered.sum())}
+        )
+    failed = done.returncode not in (0, 5)  # 5: some were not answered in time (the backlog)
+    return {
+        "client": "qload.c",
+        "due": n,
+        "sent": int(answered.sum()),
+        "backlog_at_end": int(n - answered.sum()),
+        "seconds": seconds,
+        "latency": {k: pct(v) for k, v in lat.items()},
+        "latency_from_due": {k: pct(v) for k, v in late.items()},
+        "statuses": statuses,
+        "errors": [f"qload exited with {done.returncode}"] if failed else [],
+        "error_count": errors + failed,
+    }
 
 
 def pct(samples: list[float]) -> dict[str, float]:
@@ -414,9 +481,10 @@ class Phase:
     """A UDP sender (and optionally a load generator) for one window; the daemon's counters at
     both ends of it."""
 
-    def __init__(self, d: DaemonProcess, pairs: list[list[str]]) -> None:
+    def __init__(self, d: DaemonProcess, pairs: list[list[str]], qload: Path | None = None) -> None:
         self.d = d
         self.pairs = pairs
+        self.qload = qload  # the C load generator, or None for the asyncio one
         self.ctx = multiprocessing.get_context("fork")
 
     def run(
@@ -449,6 +517,7 @@ class Phase:
                     target=load_child,
                     args=(out, addr),
                     kwargs={
+                        "exe": None if self.qload is None else str(self.qload),
                         "kind": kind,
                         "names": names,
                         "players": players,
@@ -537,7 +606,10 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
             wait_web_ready(d.addr("web"), timeout=300)
             ready_s = time.monotonic() - t0
             log(f"web ready (search index complete) at {ready_s:.1f} s")
-            ph = Phase(d, pairs)
+            qload = build_qload(workdir) if args.client == "c" else None
+            if args.client == "c" and qload is None:
+                raise SystemExit("--client c needs a C compiler (cc or gcc); --client python runs without")
+            ph = Phase(d, pairs, qload)
             lead = min(2.0, args.seconds / 4)
             visible = names  # nobody is hidden in this state
             phases: dict[str, Any] = {}
@@ -584,6 +656,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
         "kinds": list(kinds),
         "rps": args.rps,
         "connections": args.connections,
+        "client": args.client,
         "phases": phases,
         "daemon_players_end": final["players"],
         "verdict": verdict(
@@ -620,7 +693,7 @@ def table(r: dict[str, Any]) -> str:
     lines = [
         f"bench.web_daemon at {r['commit']}, {r['date']}, {m['cpu']} ({m['cores']} cores), "
         f"load {r['loadavg_start']} → {r['loadavg_end']}; P = {r['players']:,}; "
-        f"daemon ready in {r['daemon_ready_s']} s",
+        f"daemon ready in {r['daemon_ready_s']} s; load generator: {r.get('client', 'python')}",
         "",
         "| phase | asked events/s | achieved events/s | dropped |",
         "|---|---:|---:|---|",
@@ -696,6 +769,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--rps", type=float, default=2000.0, help="requests/s, open loop")
     ap.add_argument("--connections", type=int, default=8)
+    ap.add_argument(
+        "--client",
+        choices=("c", "python"),
+        default="c",
+        help="load generator: bench/qload.c (default; needs cc) or the asyncio one",
+    )
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each measured window")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(

@@ -1632,6 +1632,30 @@ class Engine:
     def sigma(self, i: int) -> float:
         return self._sigma[i]
 
+    def row_columns(
+        self, ids: Sequence[int]
+    ) -> tuple[list[float], list[float], list[float], list[int], list[int], list[int]]:
+        """For each id: mu, sigma, the display rating, the tier index (0 unplaced), active (0/1)
+        and the competition rank, as ``mu``, ``sigma``, ``display``, ``rank``... would give them.
+
+        One numpy gather per column instead of an accessor call per player and column: a
+        256-player batch answer or a 500-row leaderboard reads six columns at random places of
+        a million-player ladder, and the calls, not the reads, were most of its cost."""
+        if not ids:
+            return [], [], [], [], [], []
+        idx = np.fromiter(ids, dtype=np.intp, count=len(ids))
+        # Views of the columns, dropped before returning: an array that exports its buffer
+        # cannot grow, and a newcomer must be able to join at the next event.
+        r = np.frombuffer(self._r, dtype=np.float64)[idx]
+        sigma = np.frombuffer(self._sigma, dtype=np.float64)[idx].tolist()
+        disp = (np.frombuffer(self._disp, dtype=np.float64)[idx] + self.offset).tolist()
+        tier = np.frombuffer(self._tier, dtype=np.uint8)[idx].tolist()
+        active = np.frombuffer(self._active, dtype=np.uint8)[idx].tolist()
+        count_below = self._index().count_below
+        raw = r.tolist()
+        rank = [count_below(-x) + 1 for x in raw]
+        return (r + self.offset).tolist(), sigma, disp, tier, active, rank
+
     def tier_index(self, name: str) -> int:
         """Tier of a player by name: 1..15, 0 when unplaced or unknown."""
         i = self.ids.get(name)

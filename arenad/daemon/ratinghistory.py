@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
@@ -48,6 +50,10 @@ CREATE INDEX IF NOT EXISTS sessions_by_player ON sessions (player, t_end);
 CREATE INDEX IF NOT EXISTS sessions_by_seq ON sessions (seq);
 """
 _DAY = 86400.0
+#: A player's newest sessions the reader keeps from the database (``HistoryReader``): enough
+#: for a page's chart and the summary's 30-day window; and rows kept for all players at once.
+CACHED_SESSIONS = 500
+CACHED_ROWS = 200_000
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -109,6 +115,9 @@ class RatingHistory:
         self._pruned_at = -math.inf
         self.generation = 0  # bumped when a recompute's database replaces this one
         self.rows_written = 0
+        #: Bumped after every change readers can see (a write, a cut, a swap): what a reader
+        #: cached under an older version is read again (``HistoryReader``).
+        self.version = 0
 
     def _w(self) -> _Writer:
         if self._writer is None:
@@ -135,6 +144,8 @@ class RatingHistory:
             except sqlite3.Error as e:
                 self._abandon()
                 raise OSError(0, f"rating history: {e}") from e
+            finally:
+                self.version += 1
 
     def truncate_after(self, seq: int) -> int:
         """Delete what a checkpoint after ``seq`` wrote (recovery starts from ``seq``)."""
@@ -144,6 +155,8 @@ class RatingHistory:
             except sqlite3.Error as e:
                 self._abandon()
                 raise OSError(0, f"rating history: {e}") from e
+            finally:
+                self.version += 1
             return cur.rowcount
 
     def _abandon(self) -> None:
@@ -165,6 +178,7 @@ class RatingHistory:
                 Path(f"{self.path}{suffix}").unlink(missing_ok=True)
             rebuilt.replace(self.path)
             self.generation += 1
+            self.version += 1
 
     def rebuild(self, base_seq: int) -> Rebuild:
         """A recompute's database starting after ``base_seq`` (``history.rebuild_from_history``)."""
@@ -231,13 +245,29 @@ class Point:
 
 class HistoryReader:
     """Reads a player's sessions for the pages and the API: the database, the sessions closed
-    since the last checkpoint (not written yet) and the one in progress, newest first."""
+    since the last checkpoint (not written yet) and the one in progress, newest first.
+
+    Both are read on the event loop, per request, so neither is read in full: the sessions not
+    written yet are indexed by player as they are closed (the tracker only appends to them
+    between checkpoints), and a player's newest ``CACHED_SESSIONS`` rows of the database are
+    kept until the database changes (``RatingHistory.version``: a checkpoint's write, a cut, a
+    recompute's swap), the least recently read players dropped past ``CACHED_ROWS`` rows."""
 
     def __init__(self, history: RatingHistory, scopes: Callable[[], ScopeSet]) -> None:
         self.history = history
         self._scopes = scopes
         self._db: sqlite3.Connection | None = None
         self._generation = -1
+        # The tracker's list of closed sessions indexed by player: the list, its first entry
+        # (a refused write puts sessions back in front) and how far it is indexed.
+        self._closed: list[Session] | None = None
+        self._first: Session | None = None
+        self._indexed = 0
+        self._by_player: dict[str, list[Session]] = {}
+        # player -> (RatingHistory.version read before the query, the newest rows, newest first)
+        self._rows: OrderedDict[str, tuple[int, list[Session]]] = OrderedDict()
+        self._cached = 0
+        self.db_reads = 0  # queries the database answered (the cache's misses; tests read it)
 
     def _conn(self) -> sqlite3.Connection | None:
         h = self.history
@@ -250,6 +280,59 @@ class HistoryReader:
             self._db = sqlite3.connect(f"file:{h.path}?mode=ro", uri=True, check_same_thread=False)
             self._generation = h.generation
         return self._db
+
+    def _pending(self, closed: list[Session], player: str) -> list[Session]:
+        """The player's sessions in ``closed`` (the tracker's, not written yet), oldest first."""
+        if closed is not self._closed or (self._indexed and closed[0] is not self._first):
+            self._closed, self._indexed, self._by_player = closed, 0, {}
+        n = len(closed)
+        if n < self._indexed:  # taken and put back differently: index it again
+            self._indexed, self._by_player = 0, {}
+        by_player = self._by_player
+        for s in closed[self._indexed : n]:
+            got = by_player.get(s.player)
+            if got is None:
+                by_player[s.player] = [s]
+            else:
+                got.append(s)
+        self._indexed = n
+        self._first = closed[0] if n else None
+        return by_player.get(player, [])
+
+    def _query(
+        self, db: sqlite3.Connection, player: str, since: float, until: float, limit: int
+    ) -> list[Session]:
+        self.db_reads += 1
+        try:
+            rows = db.execute(
+                "SELECT v.name, s.t_start, s.t_end, s.kills, s.deaths, s.rating_before,"
+                " s.rating_after, s.display_after, s.tier_after, s.seq"
+                " FROM sessions AS s JOIN players AS p ON p.id = s.player"
+                " LEFT JOIN servers AS v ON v.id = s.server"
+                " WHERE p.name = ? AND s.t_end BETWEEN ? AND ? ORDER BY s.t_end DESC LIMIT ?",
+                (player, max(since, -1e300), min(until, 1e300), limit),
+            ).fetchall()
+        except sqlite3.Error:
+            return []  # a database being replaced: the next request reads the new one
+        return [Session(player, *r) for r in rows]
+
+    def _newest(self, db: sqlite3.Connection, player: str) -> list[Session]:
+        """The player's newest ``CACHED_SESSIONS`` rows of the database, newest first."""
+        version = self.history.version  # read before the query: a write meanwhile reads again
+        got = self._rows.get(player)
+        if got is not None and got[0] == version:
+            self._rows.move_to_end(player)
+            return got[1]
+        rows = self._query(db, player, -math.inf, math.inf, CACHED_SESSIONS)
+        if got is not None:
+            self._cached -= len(got[1])
+        self._rows[player] = (version, rows)
+        self._rows.move_to_end(player)
+        self._cached += len(rows)
+        while self._cached > CACHED_ROWS and len(self._rows) > 1:
+            _, (_, old) = self._rows.popitem(last=False)
+            self._cached -= len(old)
+        return rows
 
     def sessions(
         self, player: str, *, since: float = -math.inf, until: float = math.inf, limit: int = 50
@@ -264,24 +347,17 @@ class HistoryReader:
             now = tracker.current(eng, i)
             if now is not None and since <= now.t_end <= until:
                 out.append(now)
-            pending = [
-                s for s in reversed(tracker.closed) if s.player == player and since <= s.t_end <= until
-            ]
-            out.extend(pending)
+            out.extend(
+                s for s in reversed(self._pending(tracker.closed, player)) if since <= s.t_end <= until
+            )
         db = self._conn()
         if db is not None and len(out) < limit:
-            try:
-                rows = db.execute(
-                    "SELECT v.name, s.t_start, s.t_end, s.kills, s.deaths, s.rating_before,"
-                    " s.rating_after, s.display_after, s.tier_after, s.seq"
-                    " FROM sessions AS s JOIN players AS p ON p.id = s.player"
-                    " LEFT JOIN servers AS v ON v.id = s.server"
-                    " WHERE p.name = ? AND s.t_end BETWEEN ? AND ? ORDER BY s.t_end DESC LIMIT ?",
-                    (player, max(since, -1e300), min(until, 1e300), limit - len(out)),
-                ).fetchall()
-            except sqlite3.Error:
-                rows = []  # a database being replaced: the next request reads the new one
-            out.extend(Session(player, *r) for r in rows)
+            want = limit - len(out)
+            if until >= sys.float_info.max and want <= CACHED_SESSIONS:
+                # Open-ended (the summary, a chart of everything): a prefix of the newest rows.
+                out.extend(s for s in self._newest(db, player) if s.t_end >= since)
+            else:
+                out.extend(self._query(db, player, since, until, want))
         return out[:limit]
 
     def points(

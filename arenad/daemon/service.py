@@ -488,7 +488,9 @@ class Daemon:
                 name = srv.sockets[0].getsockname()
                 self.bound.setdefault("query", name[:2] if isinstance(name, tuple) else name)
             self.web = await start_web(
-                s.web, web_ports(self.state, self.ratings, self.web_status), observe=self.metrics.web.observe
+                s.web,
+                web_ports(self.state, self.ratings, self.web_status, self.queue.qsize),
+                observe=self.metrics.web.observe,
             )
             if self.web.address is not None:
                 web_host, _, web_port = self.web.address.rpartition(":")

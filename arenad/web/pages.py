@@ -72,6 +72,9 @@ class Pages:
             undefined=StrictUndefined,  # a misspelt variable fails the test, not the reader
             trim_blocks=True,
             lstrip_blocks=True,
+            # The templates ship with the package and are compiled below: checking their files'
+            # times at every render (Jinja2's default) was a sixth of a player page's time.
+            auto_reload=False,
         )
         self.env.filters.update(num=_num, date=_date, tier_class=_tier_class)
         self.env.globals.update(player_url=player_url, version=__version__, tier_names=TIER_NAMES)

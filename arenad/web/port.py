@@ -79,11 +79,22 @@ class NobodyHidden:
         return ()
 
 
+#: Whether the engine has more waiting than it takes in one step: while it has, the web keeps
+#: to ``[web] loop_share`` of the loop; while it has not, the rest of the loop would go unused.
+EngineBehind = Callable[[], bool]
+
+
+def _always_behind() -> bool:
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class WebPorts:
-    """Everything ``start_web`` reads; ``history`` None = no history configured."""
+    """Everything ``start_web`` reads; ``history`` None = no history configured; without
+    ``engine_behind`` the loop share holds at all times."""
 
     scopes: LiveScopes
     status: Status
     history: HistoryReader | None = None
     hidden: HiddenPlayers = field(default_factory=NobodyHidden)
+    engine_behind: EngineBehind = _always_behind

@@ -1,22 +1,26 @@
-"""The HTTP adapter: HTTP/1.1 by h11 (sans-io) on an ``asyncio.Protocol``, on the daemon's loop.
+"""The HTTP adapter: HTTP/1.1 by llhttp (``httptools``) on an ``asyncio.Protocol``, on the daemon's loop.
 
-Thin (STYLE.md §2): bytes in, h11 events, a ``Request`` for ``WebApp.handle`` (raw path and query,
-the client after the trusted-proxy rule), the ``Response`` back through h11 to the transport.
+Thin (STYLE.md §2): bytes in, llhttp's callbacks, a ``Request`` for ``WebApp.handle`` (raw path
+and query, the client after the trusted-proxy rule), the ``Response`` framed straight onto the
+transport.
 
-Why h11 on a protocol and not aiohttp (docs/web.md "Why h11"): a request is answered inside
+Why a protocol and not aiohttp (docs/web.md "Why a protocol"): a request is answered inside
 ``data_received``, in the same loop turn that reads it, exactly as the NDJSON query server is. A
 request handed to a task (aiohttp's model) runs only after the engine task's next slice; for the
 query port that cost p50 0.56 against 0.20 ms under 50k events/s (docs/performance.md, "Query
 latency under ingest"). Synchronously on purpose: the engine is mutated only by the engine task
 on this same loop, so it cannot change while one request is answered, and no lock is needed.
+Why llhttp and not h11 (docs/web.md "Performance"): h11's parsing and framing, pure Python, cost
+the loop about as much as the answers themselves.
 
 What a slow or hostile client cannot do: open more than ``max_connections`` (one over it gets
-a 503 and is closed), send a request line and headers over ``max_header_bytes`` (h11 refuses:
-431/400, then the connection closes), take longer than ``idle_timeout`` to send one complete
-request (slow headers included: the deadline runs from the last answer, not the last byte), make
-us buffer answers it does not read (reading pauses while the transport's buffer is full), or hold
-the loop for more than a slice (pipelined requests past ``_SLICE`` of work wait for the next
-turn). A request body is never kept: every route is GET.
+a 503 and is closed), send a request line and headers over ``max_header_bytes`` (431, then the
+connection closes; a head is measured before llhttp holds it, so trickling one in does not
+help), take longer than ``idle_timeout`` to send one complete request (slow headers included:
+the deadline runs from the last answer, not the last byte), make us buffer answers it does not
+read (reading pauses while the transport's buffer is full), or hold the loop for more than a
+slice (pipelined requests past ``_SLICE`` of work wait for the next turn). A request body is
+never kept: every route is GET.
 """
 
 from __future__ import annotations
@@ -24,11 +28,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import Callable
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from functools import cache
+from http import HTTPStatus
+from typing import Any, NamedTuple, cast
 
-import h11
+import httptools
 import structlog
 
 from arenad.daemon.config import parse_hostport
@@ -45,7 +53,26 @@ Observe = Callable[[str, int, float], None]
 _SLICE = 0.005  # seconds of answering before a connection yields the loop to others
 _CLOSE_TIMEOUT = 1.0  # seconds to flush on close before the transport is aborted
 _WARM_INTERVAL = 1.0  # seconds between name-index updates once it is complete
-_SERVER = ("Server", "arenad")
+
+
+class _Parsed(NamedTuple):
+    """A complete request as llhttp saw it, waiting for its answer."""
+
+    method: bytes
+    target: bytes
+    headers: dict[str, str]  # names in lower case; a repeated header keeps its last value
+    head: int  # bytes of the request line and headers
+    keep_alive: bool
+    version: str
+
+
+@cache
+def _status_line(status: int) -> str:
+    try:
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = "Unknown"
+    return f"HTTP/1.1 {status} {reason}\r\n"
 
 
 def client_address(peer: str, forwarded_for: str | None, trusted: tuple[Any, ...]) -> str:
@@ -68,8 +95,9 @@ def _trusted(address: str, trusted: tuple[Any, ...]) -> bool:
     return any(ip in net for net in trusted)
 
 
-#: The window over which the web's share of the event loop is measured (``[web] loop_share``).
-_BUDGET_WINDOW = 0.1
+#: The window over which the web's share of the event loop is measured (``[web] loop_share``):
+#: short, so that a request held back past the share waits at most 14 ms (at 0.3), not 70.
+_BUDGET_WINDOW = 0.02
 
 
 @dataclass(slots=True)
@@ -80,6 +108,7 @@ class _Shared:
     settings: WebSettings
     trusted: tuple[Any, ...]
     observe: Observe | None
+    engine_behind: Callable[[], bool] = field(default=lambda: True)
     open: set[_HttpConnection] = field(default_factory=set)
     active: int = 0
     # The loop-share budget: seconds spent answering in the current window, and when it ends.
@@ -91,28 +120,43 @@ class _Shared:
 
         The engine task, the sources and the query port share one event loop with the web: a
         burst of HTTP requests (2,000/s of 1 ms each is two cores' worth) would otherwise
-        starve ingest. Beyond ``loop_share`` of each window the connections stop reading; the
-        requests wait in their sockets, and the rest of the window is the engine's."""
+        starve ingest. Beyond ``loop_share`` of each window, while the engine has a backlog
+        (``engine_behind``), the connections stop reading; the requests wait in their sockets,
+        and the rest of the window is the engine's. While the engine keeps up the web goes on:
+        holding requests back then only leaves the loop idle (docs/web.md "Performance")."""
         if now >= self.window_end:
             self.window_end = now + _BUDGET_WINDOW
             self.used = 0.0
             return 0.0
         share = self.settings.loop_share
-        if share >= 1.0 or self.used < share * _BUDGET_WINDOW:
+        if share >= 1.0 or self.used < share * _BUDGET_WINDOW or not self.engine_behind():
             return 0.0
         return self.window_end - now
 
 
 class _HttpConnection(asyncio.Protocol):
-    """One HTTP/1.1 connection (keep-alive, pipelining), answered inside ``data_received``."""
+    """One HTTP/1.1 connection (keep-alive, pipelining), answered inside ``data_received``.
+
+    Bytes go to llhttp one head at a time (up to the next blank line): a request is answered
+    before the next is parsed, so pipelined requests wait in ``_buf`` (bounded by one read, as
+    reading pauses while they wait) and never as parsed objects."""
 
     def __init__(self, shared: _Shared) -> None:
         self._shared = shared
         self._loop = asyncio.get_running_loop()
-        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=shared.settings.max_header_bytes)
+        self._parser = httptools.HttpRequestParser(self)
+        self._buf = bytearray()  # received; from _pos on not yet given to the parser
+        self._pos = 0
         self._transport: asyncio.Transport | None = None
         self._peer = "-"
-        self._request: h11.Request | None = None
+        # The request being parsed: its target, headers, head size; the ones parsed, to answer.
+        self._url = b""
+        self._headers: dict[str, str] = {}
+        self._head = 0
+        self._in_body = False
+        self._partial = 0  # bytes of a head not complete yet (a client trickling it)
+        self._ready: deque[_Parsed] = deque()
+        self._eof = False
         self._refusing = False
         self._write_paused = False
         self._scheduled = False
@@ -139,16 +183,15 @@ class _HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._refusing or self._transport is None or self._transport.is_closing():
             return
-        self._h11.receive_data(data)
+        self._buf += data
         if not self._scheduled:
             self._work()
 
     def eof_received(self) -> bool:
-        if not self._refusing:
-            self._h11.receive_data(b"")
-            if not self._scheduled:
-                self._work()
-        return False  # our side closes once the last answer is written
+        self._eof = True
+        if not self._refusing and not self._scheduled:
+            self._work()
+        return False  # the transport closes once the last answer is written
 
     def pause_writing(self) -> None:
         # The client does not take our answers as fast as it asks: stop reading (and answering)
@@ -177,138 +220,181 @@ class _HttpConnection(asyncio.Protocol):
         if not self._closed.done():
             self._closed.set_result(None)
 
+    # -- llhttp's callbacks (httptools) ----------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = {}
+        self._head = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._head += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head += len(name) + len(value) + 4
+        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self._in_body = True
+        self._partial = 0
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        p = self._parser
+        self._ready.append(
+            _Parsed(
+                p.get_method(),
+                self._url,
+                self._headers,
+                self._head,
+                p.should_keep_alive(),
+                p.get_http_version(),
+            )
+        )
+
     # -- the work --------------------------------------------------------------------------
     def _work(self) -> None:
         """Answer every complete request received, until a slice is spent or answers back up."""
         self._scheduled = False
-        conn = self._h11
         start = self._loop.time()
         try:
             while self._transport is not None and not self._transport.is_closing():
                 if self._write_paused:
                     return
-                wait = self._shared.budget_wait(self._loop.time())
-                if wait > 0.0:
-                    # The web's share of the loop is spent: the rest of the window is the
-                    # engine's; read nothing more until then.
-                    self._transport.pause_reading()
-                    self._scheduled = True
-                    self._loop.call_later(wait, self._work)
-                    return
-                if self._loop.time() - start > _SLICE:
-                    # Pipelined requests must not hold the loop (and so the engine task) for
-                    # longer than a slice: the rest waits for the next turn, and nothing more is
-                    # read (h11 would buffer it) until they are answered.
-                    self._transport.pause_reading()
-                    self._scheduled = True
-                    self._loop.call_soon(self._work)
-                    return
-                try:
-                    event = conn.next_event()
-                except h11.RemoteProtocolError as e:
-                    self._send_error(e.error_status_hint, f"bad request: {e}")
-                    self.close()
-                    return
-                if event is h11.NEED_DATA:
-                    if not self._transport.is_reading():
+                if self._ready:
+                    wait = self._shared.budget_wait(self._loop.time())
+                    if wait > 0.0:
+                        # The web's share of the loop is spent: the rest of the window is the
+                        # engine's; read nothing more until then.
+                        self._transport.pause_reading()
+                        self._scheduled = True
+                        self._loop.call_later(wait, self._work)
+                        return
+                    if self._loop.time() - start > _SLICE:
+                        # Pipelined requests must not hold the loop (and so the engine task) for
+                        # longer than a slice: the rest waits for the next turn, and nothing more
+                        # is read until they are answered.
+                        self._transport.pause_reading()
+                        self._scheduled = True
+                        self._loop.call_soon(self._work)
+                        return
+                    parsed = self._ready.popleft()
+                    if not self._answer(parsed) or not parsed.keep_alive:
+                        self.close()
+                        return
+                elif self._pos < len(self._buf):
+                    if not self._feed():
+                        self.close()
+                        return
+                else:
+                    if self._eof:
+                        self.close()
+                    elif not self._transport.is_reading():
                         self._transport.resume_reading()
                     return
-                if event is h11.PAUSED:
-                    if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-                        conn.start_next_cycle()
-                        continue
-                    return
-                if isinstance(event, h11.Request):
-                    # h11 bounds only a head that is still incomplete; one that arrives whole in
-                    # one read is measured here.
-                    size = len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers)
-                    if size > self._shared.settings.max_header_bytes:
-                        self._send_error(431, "request line and headers too large")
-                        self.close()
-                        return
-                    self._request = event
-                elif isinstance(event, h11.EndOfMessage) and self._request is not None:
-                    self._answer(self._request)
-                    self._request = None
-                    if conn.our_state is h11.MUST_CLOSE:
-                        self.close()
-                        return
-                elif isinstance(event, h11.ConnectionClosed):
-                    self.close()
-                    return
-                # h11.Data (a request body) is dropped: no route reads one.
         except Exception as e:  # a bug here ends this connection only, and is logged once
             self._shared.app.internal_error("connection", e)
             self.close()
 
-    def _answer(self, event: h11.Request) -> None:
+    def _feed(self) -> bool:
+        """Give llhttp the buffered bytes up to the end of the next head; False (an error sent)
+        when the request is malformed or its head is over ``max_header_bytes``."""
+        buf, pos = self._buf, self._pos
+        end = buf.find(b"\r\n\r\n", pos)
+        n = (end + 4 if end >= 0 else len(buf)) - pos
+        limit = self._shared.settings.max_header_bytes
+        # Outside a body every byte up to the blank line is request line and headers: an
+        # oversized head is refused before llhttp holds it (a client trickling one included).
+        if not self._in_body and self._partial + (end - pos if end >= 0 else n) > limit:
+            self._send_error(431, "request line and headers too large")
+            return False
+        piece = bytes(buf[pos : pos + n])
+        # An offset, not a cut per request: a read of many pipelined requests is moved once.
+        self._pos = pos + n
+        if self._pos >= len(buf):
+            buf.clear()
+            self._pos = 0
+        elif self._pos > 65536:
+            del buf[: self._pos]
+            self._pos = 0
+        self._partial = 0 if end >= 0 else self._partial + n
+        try:
+            self._parser.feed_data(piece)
+        except httptools.HttpParserUpgrade:
+            # An upgrade (or CONNECT) is not served: the request is answered, then we close.
+            self._eof = True
+            self._buf.clear()
+            self._pos = 0
+        except httptools.HttpParserError as e:
+            self._send_error(400, f"bad request: {e}")
+            return False
+        return True
+
+    def _answer(self, parsed: _Parsed) -> bool:
+        """Answer one request; False when the connection must close after it."""
         shared = self._shared
         started = self._loop.time()
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in event.headers}
+        # The answer's cost by the fine clock: uvloop's loop.time() steps by milliseconds, the
+        # size of a whole answer, and the share is reckoned in fractions of a window.
+        t0 = time.perf_counter()
+        if parsed.head > shared.settings.max_header_bytes:
+            self._send_error(431, "request line and headers too large")
+            return False
+        headers = parsed.headers
+        if parsed.version == "1.1" and "host" not in headers:
+            self._send_error(400, "bad request: an HTTP/1.1 request needs a Host header")  # RFC 9112 §3.2
+            return False
         try:
-            target = event.target.decode("utf-8")
+            target = parsed.target.decode("utf-8")
         except UnicodeDecodeError:
             target = ""
         if not target.startswith("/"):
             self._send_error(400, "bad request: the target must be a UTF-8 path")
-            return
+            return False
         path, _, query = target.partition("?")
-        path = path.partition("#")[0]
         req = Request(
-            method=event.method.decode("ascii", "replace"),
-            path=path,
+            method=parsed.method.decode("ascii", "replace"),
+            path=path.partition("#")[0],
             query=query,
             headers=headers,
             client=client_address(self._peer, headers.get("x-forwarded-for"), shared.trusted),
         )
         resp = shared.app.handle(req, started)
-        out = [(name, value) for name, value in resp.headers.items()]
-        out.append(_SERVER)
-        out.append(("Content-Length", str(len(resp.body))))
-        self._write(resp.status, out, resp.body)
-        now = self._loop.time()
-        self._deadline = now + shared.settings.idle_timeout
-        shared.used += now - started  # this answer's part of the web's share of the loop
+        self._write(resp.status, resp.headers, resp.body, close=not parsed.keep_alive)
+        spent = time.perf_counter() - t0
+        self._deadline = self._loop.time() + shared.settings.idle_timeout
+        shared.used += spent  # this answer's part of the web's share of the loop
         if shared.observe is not None:
             try:
-                shared.observe(resp.route, resp.status, self._loop.time() - started)
+                shared.observe(resp.route, resp.status, spent)
             except Exception as e:  # a metrics failure must not fail the request
                 shared.app.internal_error("observe", e)
+        return True
 
-    def _write(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        conn = self._h11
+    def _write(self, status: int, headers: Mapping[str, str], body: bytes, *, close: bool) -> None:
         transport = self._transport
         if transport is None:
             return
-        data = conn.send(h11.Response(status_code=status, headers=headers))
-        if body:
-            data = (data or b"") + (conn.send(h11.Data(data=body)) or b"")
-        data = (data or b"") + (conn.send(h11.EndOfMessage()) or b"")
-        transport.write(data)
+        # The names and values are the app's own (an echoed CORS origin only when it is one of
+        # the configured origins): no CR or LF can come from a client.
+        head = [_status_line(status)]
+        head.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+        head.append(f"Server: arenad\r\nContent-Length: {len(body)}\r\n")
+        if close:
+            head.append("Connection: close\r\n")
+        head.append("\r\n")
+        transport.write("".join(head).encode("latin-1") + body)
 
     def _send_error(self, status: int, message: str, retry_after: int = 0) -> None:
         """An error before or outside any route (a malformed request, the connection limit)."""
-        body = encode_json({"error": message[:200], "status": status})
-        headers = [
-            ("Content-Type", "application/json"),
-            ("Content-Length", str(len(body))),
-            ("Connection", "close"),
-            ("Cache-Control", "no-store"),
-            ("X-Content-Type-Options", "nosniff"),
-            _SERVER,
-        ]
+        headers = {
+            "Content-Type": "application/json",
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+        }
         if retry_after:
-            headers.append(("Retry-After", str(retry_after)))
-        transport = self._transport
-        if transport is None:
-            return
-        if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-            with contextlib.suppress(h11.LocalProtocolError):
-                self._write(status, headers, body)
-                return
-        # h11 cannot frame it (the request line never parsed, or a refused connection): raw.
-        head = f"HTTP/1.1 {status} Error\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
-        transport.write(head.encode("latin-1") + body)
+            headers["Retry-After"] = str(retry_after)
+        self._write(status, headers, encode_json({"error": message[:200], "status": status}), close=True)
 
     def _check_idle(self) -> None:
         """A connection must complete a request within ``idle_timeout`` of its last answer."""
@@ -378,7 +464,7 @@ async def start_web(settings: WebSettings, ports: WebPorts, *, observe: Observe 
         return WebHandle(app, None)
     loop = asyncio.get_running_loop()
     trusted = tuple(ipaddress.ip_network(n, strict=False) for n in settings.trusted_proxies)
-    shared = _Shared(app, settings, trusted, observe)
+    shared = _Shared(app, settings, trusted, observe, ports.engine_behind)
     host, port = parse_hostport(settings.listen)
     server = await loop.create_server(lambda: _HttpConnection(shared), host, port)
     sock = server.sockets[0].getsockname()

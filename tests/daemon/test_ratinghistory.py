@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import random
 import sqlite3
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,84 @@ def test_retention_deletes_old_sessions(tmp_path: Path) -> None:
     got = rows(r.store.path)
     newest = max(float(row[3]) for row in got)  # type: ignore[arg-type]
     assert got and min(float(row[3]) for row in got) >= newest - 86400 - 0.1 * 86400  # type: ignore[arg-type]
+
+
+def _commit(r: Rooms, records: list[JournalRecord]) -> None:
+    async def main() -> None:
+        for k in range(0, len(records), 500):
+            assert await r.pipeline.commit(list(records[k : k + 500]), [], r.store.journal.size)
+
+    asyncio.run(main())
+
+
+def _scanned(r: Rooms, player: str) -> list[tuple[object, ...]]:
+    """What the reader must answer, read the slow way: the session in progress, every closed
+    one not written yet, then the database."""
+    tracker = r.state.scopes.sessions
+    assert tracker is not None
+    eng = r.state.engine
+    out: list[tuple[object, ...]] = []
+    now = tracker.current(eng, eng.ids[player])
+    if now is not None:
+        out.append(astuple(now))
+    out.extend(astuple(s) for s in reversed(tracker.closed) if s.player == player)
+    with contextlib.closing(sqlite3.connect(r.store.path / FILE)) as db:
+        got = db.execute(
+            "SELECT v.name, s.t_start, s.t_end, s.kills, s.deaths, s.rating_before, s.rating_after,"
+            " s.display_after, s.tier_after, s.seq FROM sessions AS s JOIN players AS p ON p.id ="
+            " s.player LEFT JOIN servers AS v ON v.id = s.server WHERE p.name = ? ORDER BY s.t_end DESC",
+            (player,),
+        ).fetchall()
+    out.extend((player, *row) for row in got)
+    return out
+
+
+class TestReaderCache:
+    """The reader's index of unwritten sessions and its cache of database rows answer what a
+    full read would, and a checkpoint's write, a refused write and a new session are seen."""
+
+    def test_answers_follow_checkpoints_and_new_sessions(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        r = build(tmp_path / "state")
+        r.recover()
+        assert r.ratings is not None
+        records = stream(7, hours=12)
+        third = len(records) // 3
+        try:
+            feed(r, records[:third])  # in the database
+            reader = HistoryReader(r.ratings, lambda: r.state.scopes)
+
+            def check() -> None:
+                for name in r.state.engine.names:
+                    got = [astuple(s) for s in reader.sessions(name, limit=500)]
+                    assert got == _scanned(r, name), name
+
+            check()
+            reads = reader.db_reads
+            check()
+            assert reader.db_reads == reads  # nothing changed: every answer from the cache
+            _commit(r, records[third : 2 * third])  # closed, not written yet
+            tracker = r.state.scopes.sessions
+            assert tracker is not None and tracker.closed
+            check()
+            assert reader.db_reads == reads  # the database did not change
+            before = {n: reader.sessions(n, limit=500) for n in r.state.engine.names}
+            # A refused write puts the sessions back in front of the list: still found once.
+            monkeypatch.setattr(r.ratings, "write", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
+            asyncio.run(r.checkpointer.checkpoint())
+            assert tracker.closed
+            check()
+            monkeypatch.undo()
+            asyncio.run(r.checkpointer.checkpoint())  # written: the database changed
+            assert tracker.closed == []
+            check()
+            assert reader.db_reads > reads
+            _commit(r, records[2 * third :])
+            asyncio.run(r.checkpointer.checkpoint())
+            check()
+            after = {n: reader.sessions(n, limit=500) for n in r.state.engine.names}
+            assert any(after[n] != before[n] for n in before)  # the answers did change
+            reader.close()
+        finally:
+            r.close()

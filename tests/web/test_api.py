@@ -159,7 +159,7 @@ class TestBadInput:
             assert "GET" in r.headers["allow"]
 
     def test_huge_header_is_refused(self, client: Client) -> None:
-        # Refused by the adapter before any route is chosen: 431 (or h11's 400), JSON, no trace.
+        # Refused by the adapter before any route is chosen: 431 (or a 400), JSON, no trace.
         r = client.get("/api/v1/status", headers={"X-Junk": "j" * 20_000}, validate=False)
         assert r.status in (400, 431)
         assert b"Traceback" not in r.body

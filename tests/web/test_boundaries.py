@@ -49,7 +49,7 @@ class TestBoundaries:
             assert bad == set(), f"{name} imports {bad}"
 
     def test_no_aiohttp_in_the_package(self) -> None:
-        # aiohttp is a dev dependency (bench/web_aiohttp.py, the comparison); arenad serves with h11.
+        # aiohttp is a dev dependency (bench/web_aiohttp.py, the comparison); arenad serves with httptools.
         for path in sorted(WEB.rglob("*.py")):
             assert not {m for m in imports(path) if m.startswith("aiohttp")}, path.name
 

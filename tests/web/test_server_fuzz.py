@@ -1,4 +1,4 @@
-"""The h11 adapter against arbitrary bytes: it answers or closes, never fails, and goes on serving."""
+"""The llhttp adapter against arbitrary bytes: it answers or closes, never fails, and goes on serving."""
 
 from __future__ import annotations
 
