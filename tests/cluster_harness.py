@@ -123,6 +123,21 @@ def stream_messages(
     return asyncio.run(read())
 
 
+def stream_leader(urls: list[str], stream: str) -> str:
+    """The name of the NATS server leading ``stream`` now."""
+
+    async def ask() -> str:
+        nc = await nats.connect(servers=urls, connect_timeout=5)
+        try:
+            info = await nc.jetstream().stream_info(stream)
+            assert info.cluster is not None and info.cluster.leader
+            return str(info.cluster.leader)
+        finally:
+            await nc.close()
+
+    return asyncio.run(ask())
+
+
 def stream_kills(urls: list[str], stream: str) -> list[dict[str, Any]]:
     """The kills in the stream, in stream order, as the JSON-lines events ``arenad replay`` reads."""
     kills: list[dict[str, Any]] = []

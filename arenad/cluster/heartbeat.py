@@ -45,7 +45,7 @@ async def beat(link: Link, role: str, figures: Callable[[], dict[str, Any]], sto
 async def status(settings: ClusterSettings, timeout: float = 10.0) -> dict[str, Any]:
     """The cluster as its heartbeats, its lease and its stream describe it (``arenad cluster status``)."""
     link = Link(settings, "status")
-    await link.open(timeout)
+    await link.open(timeout, create=False)  # a typo in the stream's name must not make a new one
     try:
         assert link.js is not None and link.nodes_kv is not None and link.lease_kv is not None
         info = await link.js.stream_info(settings.stream)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import nats.errors
@@ -35,15 +35,19 @@ log = structlog.get_logger("arenad.cluster")
 MAX_MESSAGE_RECORDS = 2048
 
 
-def _server(rec: JournalRecord) -> str | None:
+#: The run key of control records (a feed's alias, a merge): they go to the control subject.
+CONTROL = ("control",)
+
+
+def _server(rec: JournalRecord) -> str | tuple[str] | None:
     if isinstance(rec, tuple):
         return rec[4]
-    return None if isinstance(rec, ControlRecord) else rec.server
+    return CONTROL if isinstance(rec, ControlRecord) else rec.server
 
 
 def runs(
     records: Sequence[JournalRecord], ends: Sequence[int] = ()
-) -> list[tuple[str | None, Sequence[JournalRecord]]]:
+) -> list[tuple[str | tuple[str] | None, Sequence[JournalRecord]]]:
     """Consecutive records of one server and one source batch, in order, at most
     ``MAX_MESSAGE_RECORDS`` each: one message each, so the stream holds the records in the order
     the ingest accepted them. ``ends`` are the sequence numbers at which source batches end.
@@ -52,7 +56,7 @@ def runs(
     restart becomes the same stream message again, whatever else shares its step then, so its
     message id is the same and the stream keeps it once.
     """
-    out: list[tuple[str | None, Sequence[JournalRecord]]] = []
+    out: list[tuple[str | tuple[str] | None, Sequence[JournalRecord]]] = []
     cut = set(ends)
     start = 0
     for k in range(1, len(records) + 1):
@@ -91,11 +95,16 @@ class Publisher:
         try:
             for server, part in runs(records, ends):
                 body = encode_records(part)
+                named: str | None
+                if isinstance(server, tuple):  # control records: every replica, scoped or not
+                    subject, named = self.settings.control_subject, "control"
+                else:
+                    subject, named = kills_subject(prefix, server), server
                 futures.append(
                     await js.publish_async(
-                        kills_subject(prefix, server),
+                        subject,
                         body,
-                        headers=headers(message_id(server, part, body)),
+                        headers=headers(message_id(named, part, body)),
                         wait_stall=self.settings.publish_timeout,
                     )
                 )
@@ -116,6 +125,17 @@ class IngestPipeline(Pipeline):
     durable_op = "stream"
     applies = False
     publisher: Publisher
+    #: Saves ``ingest.state`` (``IngestNode.save``): after every step that moved a log
+    #: follower's position, so a restarted ingest does not read lines again that it published
+    #: (re-read lines would form other messages, with other ids, than the first time).
+    save_positions: Callable[[], Awaitable[None]] | None = None
+
+    async def commit(self, records: list[JournalRecord], batches: list[Batch], mark: int) -> bool:
+        if not await super().commit(records, batches, mark):
+            return False
+        if self.state.positions_moved and self.save_positions is not None:
+            await self.save_positions()
+        return True
 
     async def persist(self, records: list[JournalRecord], batches: list[Batch], mark: int) -> bool:
         try:

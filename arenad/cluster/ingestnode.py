@@ -91,6 +91,7 @@ class IngestNode:
             reject_warnings=RejectWarnings(settings.log.reject_warning_interval),
         )
         self.pipeline.publisher = self.publisher
+        self.pipeline.save_positions = self.save
         self.bound: dict[str, Any] = {}
         self._source_tasks: list[asyncio.Task[None]] = []
         self._chat_tasks: set[asyncio.Task[None]] = set()

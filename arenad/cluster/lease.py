@@ -43,8 +43,12 @@ class Lease:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[bool], None] | None = None,
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
         self.link = link
+        #: Whether this node may take a free lease: a replica that is still catching up would
+        #: announce stale changes (and answer stale chat) over rcon, which cannot deduplicate.
+        self.ready = ready
         self.ttl = ttl
         self.clock = clock
         self.on_change = on_change
@@ -83,14 +87,18 @@ class Lease:
                 except nats.js.errors.KeyWrongLastSequenceError:
                     self._rev = None  # it lapsed and someone else took it
                     self._set(False)
+            if not self.ready():
+                return
             try:
                 self._rev = await kv.create(KEY, name)
                 self._renewed = now
                 self._set(True)
             except nats.js.errors.KeyWrongLastSequenceError:
-                entry = await kv.get(KEY)  # held: by this node before a restart?
+                entry = await kv.get(KEY)  # held: by this node (a renewal whose ack was lost, a restart)?
                 if entry.value == name and entry.revision is not None:
-                    self._rev = int(entry.revision)
+                    self._rev = await kv.update(KEY, name, last=int(entry.revision))
+                    self._renewed = now
+                    self._set(True)
         except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as e:
             log.debug("lease_step_failed", node=self.link.name, error=repr(e))
         if self._held and not self.leader:

@@ -78,9 +78,13 @@ class Link:
         self.connected = False
         self.reconnects = 0
         self._closing = False
+        self._create = True
 
-    async def open(self, timeout: float = OPEN_TIMEOUT) -> None:
+    async def open(self, timeout: float = OPEN_TIMEOUT, *, create: bool = True) -> None:
+        """Connect and find (``create``: make) the stream and buckets; ``ClusterError`` when
+        NATS does not answer in ``timeout`` or an existing object contradicts the settings."""
         s = self.settings
+        self._create = create
 
         async def disconnected() -> None:
             self.connected = False
@@ -155,12 +159,22 @@ class Link:
         )
         self.lease_kv = await self._bucket(lease_bucket(s), s.lease_ttl)
         self.nodes_kv = await self._bucket(nodes_bucket(s), NODE_TTL)
+        # The lease's TTL is the bucket's, fixed when it was made: a holder renewing on another
+        # TTL than the bucket's could see its key lapse while it still acts (two leaders).
+        ttl = (await self.lease_kv.status()).ttl
+        if ttl is not None and abs(float(ttl) - s.lease_ttl) > 1e-3:
+            raise ClusterError(
+                f"[cluster] lease_ttl is {s.lease_ttl} s but bucket {lease_bucket(s)} lapses keys after "
+                f"{ttl} s: give every replica the same lease_ttl, or delete the bucket to make it anew"
+            )
 
     async def _stream(self, config: StreamConfig) -> None:
         assert self.js is not None
         try:
             await self.js.stream_info(str(config.name))
         except nats.js.errors.NotFoundError:
+            if not self._create:
+                raise ClusterError(f"no stream {config.name} on {list(self.settings.servers)}") from None
             with contextlib.suppress(nats.js.errors.BadRequestError):  # created meanwhile by a peer
                 await self.js.add_stream(config)
             await self.js.stream_info(str(config.name))
@@ -170,6 +184,8 @@ class Link:
         try:
             return await self.js.key_value(name)
         except nats.js.errors.BucketNotFoundError:
+            if not self._create:
+                raise ClusterError(f"no bucket {name} on {list(self.settings.servers)}") from None
             with contextlib.suppress(nats.js.errors.BadRequestError):
                 await self.js.create_key_value(
                     KeyValueConfig(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -33,7 +34,7 @@ log = structlog.get_logger("arenad.cluster")
 #: Publishes in flight at once.
 WINDOW = 256
 
-Out = tuple[str, str, bytes]  # message id, subject, payload
+Out = tuple[str, str, bytes, float]  # message id, subject, payload, time.monotonic() when offered
 
 
 class Outbox:
@@ -64,6 +65,7 @@ class Outbox:
             f"{change.seq}:{change.scope}:{change.player}",
             f"{notify_prefix(self.settings)}.{server_token(change.server)}",
             payload_of(change),
+            time.monotonic(),
         )
         self.kept.append(item)
         if self.leader():
@@ -73,7 +75,10 @@ class Outbox:
     def took_lease(self, held: bool) -> None:
         """The lease changed hands: a new leader publishes everything it kept."""
         if held:
-            self.pending = deque(self.kept, maxlen=self.settings.outbox)
+            # Only what the stream can still recognise: an id older than the duplicate window
+            # would be stored again.
+            horizon = time.monotonic() - self.settings.duplicate_window
+            self.pending = deque((o for o in self.kept if o[3] >= horizon), maxlen=self.settings.outbox)
             self._wake.set()
         else:
             self.pending.clear()
@@ -91,11 +96,14 @@ class Outbox:
         js = self.link.js
         if js is None:
             return
+        if not self.leader():  # fenced or lost since offered: the next holder publishes them
+            self.pending.clear()
+            return
         batch = [self.pending.popleft() for _ in range(min(WINDOW, len(self.pending)))]
         try:
             futures = [
                 await js.publish_async(subject, payload, headers=headers(msg_id))
-                for msg_id, subject, payload in batch
+                for msg_id, subject, payload, _at in batch
             ]
             acks = await asyncio.wait_for(asyncio.gather(*futures), self.settings.publish_timeout)
         except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as e:

@@ -34,6 +34,8 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from arenad.cluster.link import ClusterError, Link, headers
 from arenad.cluster.wire import (
+    ON_CONTROL,
+    ON_KILLS,
     REJECT_REASONS,
     WireReject,
     decode_chat,
@@ -106,13 +108,25 @@ class StreamSource:
     def collectors(self) -> list[Any]:
         return []
 
+    @property
+    def current(self) -> bool:
+        """The stream's messages as last seen are all queued (what a lease candidate waits for)."""
+        return self.stream_end <= self.position
+
     async def open(self, ctx: SourceContext) -> dict[str, Any]:
         self.position = stream_position(ctx.positions)
         assert self.link.js is not None
         info = await self.link.js.stream_info(self.settings.stream)
         first = int(info.state.first_seq)
         self.stream_end = int(info.state.last_seq)
-        if first > self.position + 1 and int(info.state.messages) > 0:
+        if self.stream_end < self.position:
+            raise ClusterError(
+                f"this replica's state is at stream sequence {self.position}, but stream "
+                f"{self.settings.stream} ends at {self.stream_end}: it was deleted and made again; "
+                'copy the state directory of a replica that is current (docs/operations.md "Cluster")'
+            )
+        # first_seq is 0 for a stream never written, last_seq + 1 once every message aged out.
+        if first > self.position + 1:
             raise ClusterError(
                 f"this replica's state is at stream sequence {self.position}, but stream "
                 f"{self.settings.stream} starts at {first} (older messages aged out, [cluster] max_age): "
@@ -146,6 +160,14 @@ class StreamSource:
         seq = int(meta.sequence.stream)
         if seq <= self.position:
             return  # delivered again after the consumer was recreated
+        if seq != self.position + 1 and self.subject == f"{self.settings.subject_prefix}.>":
+            # Unfiltered, every sequence number comes: a gap is history lost (aged out while this
+            # replica was behind, or dropped by the client). Stopping keeps the replicas equal;
+            # a restart resumes from the checkpoint, or refuses and says why.
+            raise ClusterError(
+                f"stream {self.settings.stream} skipped from {self.position} to {seq}: messages are "
+                "missing (aged out, [cluster] max_age?); stopping rather than apply a different history"
+            )
         self.stream_end = max(self.stream_end, seq + int(meta.num_pending or 0))
         self.messages += 1
         subject = msg.subject
@@ -155,7 +177,7 @@ class StreamSource:
         if self.local and not control and not any(subject_matches(subject, f) for f in self.local):
             pass  # another scope's: only the position moves
         elif control or subject.endswith(".kills"):
-            decoded = decode_rows(msg.data)
+            decoded = decode_rows(msg.data, ON_CONTROL if control else ON_KILLS)
             if isinstance(decoded, WireReject):
                 self._reject(decoded, seq, subject)
             else:

@@ -22,6 +22,7 @@ from typing import Any
 
 import msgpack
 
+from arenad.core.events import PlacementEvent, Reject, event_from_obj
 from arenad.feeds import ChatLine
 from arenad.records import (
     KIND_CONTROL,
@@ -32,6 +33,7 @@ from arenad.records import (
     record_kind,
     record_row,
 )
+from arenad.scopes import Rule
 
 #: The body's schema version; a replica refuses (and counts) any other.
 SCHEMA = 1
@@ -137,7 +139,14 @@ def _event_id(rec: JournalRecord) -> str | None:
     return getattr(rec, "id", None)
 
 
-def decode_rows(body: bytes) -> list[tuple[int, Any]] | WireReject:
+#: The record kinds each subject carries: control records only on the control subject, kills and
+#: placements only on a server's subject (a scoped replica takes every control record, and only
+#: those, from the control subject).
+ON_KILLS = frozenset({KIND_KILL, KIND_PLACEMENT})
+ON_CONTROL = frozenset({KIND_CONTROL})
+
+
+def decode_rows(body: bytes, allowed: frozenset[int] = ON_KILLS) -> list[tuple[int, Any]] | WireReject:
     """The (record kind, row) pairs of a message, checked, or why it is refused.
 
     Strict where the journal reader is lenient: the stream is written by other processes, so
@@ -158,16 +167,20 @@ def decode_rows(body: bytes) -> list[tuple[int, Any]] | WireReject:
         return WireReject("malformed", "rows and kinds do not match")
     out: list[tuple[int, Any]] = []
     for k, (kind, row) in enumerate(zip(kinds, rows, strict=True)):
-        problem = _row_problem(kind, row)
+        problem = _row_problem(kind, row) or (
+            "" if kind in allowed else f"record kind {kind} does not belong on this subject"
+        )
         if problem:
             return WireReject("malformed", f"row {k}: {problem}")
         out.append((kind, row))
     return out
 
 
-def decode_records(body: bytes, first_seq: int = 1) -> list[JournalRecord] | WireReject:
+def decode_records(
+    body: bytes, first_seq: int = 1, allowed: frozenset[int] = ON_KILLS
+) -> list[JournalRecord] | WireReject:
     """The records of a message numbered from ``first_seq`` (as a replica numbers them), or why not."""
-    rows = decode_rows(body)
+    rows = decode_rows(body, allowed)
     if isinstance(rows, WireReject):
         return rows
     return [record_from_row(kind, first_seq + k, row) for k, (kind, row) in enumerate(rows)]
@@ -191,22 +204,63 @@ def _row_problem(kind: int, row: Any) -> str:
         if len(row) != 4:
             return "a placement has 4 fields"
         t, groups, server, event_id = row
-        if not isinstance(groups, list) or not groups or not all(isinstance(g, list) and g for g in groups):
-            return "placements must be non-empty groups"
-        for group in groups:
-            for player in group:
-                problem = _text_problem(player, "player")
-                if problem:
-                    return problem
-        return _time_problem(t) or _optional_problem(server, "server") or _optional_problem(event_id, "id")
+        # The decoders' own rule for a match (two players at least, none twice, the size bounds):
+        # the applier relies on it.
+        checked = event_from_obj({"t": t, "placements": groups, "server": server, "id": event_id})
+        if isinstance(checked, Reject):
+            return checked.detail
+        return "" if isinstance(checked, PlacementEvent) else "not a placement"
     if kind == KIND_CONTROL:
         if len(row) != 3:
             return "a control record has 3 fields"
         t, op, args = row
-        if not isinstance(op, str) or not op or not isinstance(args, dict):
+        if not isinstance(op, str) or not isinstance(args, dict):
             return "a control record is [t, op, {args}]"
-        return _time_problem(t)
+        return _time_problem(t) or control_problem(op, args)
     return f"unknown record kind {kind}"
+
+
+def control_problem(op: str, args: dict[str, Any]) -> str:
+    """What makes a control record one the applier cannot apply ("" if none): the ops it knows
+    (``daemon/applier.py`` ``Applier.control``) with the arguments each reads. A record of an op
+    this arenad does not know is refused here, counted, and skipped by every replica alike,
+    instead of stopping them all (a newer arenad's op reaches an older replica that way)."""
+    try:
+        if op == "season_start":
+            if not isinstance(args.get("name"), str) or not args["name"]:
+                return "season_start needs a name"
+            if not all(_number(args.get(k)) for k in ("alpha", "lambda")):
+                return "season_start needs numbers alpha and lambda"
+        elif op in ("exclude", "merge"):
+            rule = Rule.from_dict(args if "id" in args or op == "exclude" else {**args, "id": -1})
+            if op == "merge" and (not rule.player or not rule.into):
+                return "a merge names a player and whom they are rated as"
+            if op == "exclude" and (rule.player is None) == (rule.server is None):
+                return "an exclusion names exactly one of a player or a server"
+        elif op == "include":
+            if not _integer(args.get("id")):
+                return "include needs a rule id"
+        elif op in ("hide", "unhide"):
+            if not isinstance(args.get("player"), str) or not args["player"]:
+                return f"{op} needs a player"
+        elif op == "recompute":
+            if not (args.get("scope") is None or isinstance(args.get("scope"), str)):
+                return "recompute's scope is a string or null"
+            if not (args.get("from") is None or _number(args.get("from"))):
+                return "recompute's from is a number or null"
+        else:
+            return f"unknown control op {op[:40]!r}"
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        return f"{op}: {type(e).__name__}"
+    return ""
+
+
+def _number(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(float(value))  # type: ignore[arg-type]
+
+
+def _integer(value: object) -> bool:
+    return type(value) is int
 
 
 def _time_problem(t: object) -> str:
@@ -276,10 +330,13 @@ __all__ = [
     "KIND_KILL",
     "KIND_PLACEMENT",
     "NO_SERVER",
+    "ON_CONTROL",
+    "ON_KILLS",
     "REJECT_REASONS",
     "SCHEMA",
     "WireReject",
     "chat_subject",
+    "control_problem",
     "decode_chat",
     "decode_records",
     "decode_rows",

@@ -205,7 +205,12 @@ class Daemon:
         if settings.notify.enabled:  # docs/operations.md "Cluster": the leader publishes to NATS
             log.warning("notify_mqtt_unused_in_cluster", role=c.role, notifications=f"{c.stream}_NOTIFY")
         if c.role == "replica":
-            self.lease = Lease(self.link, c.lease_ttl, on_change=self._lease_changed)
+            self.lease = Lease(
+                self.link,
+                c.lease_ttl,
+                on_change=self._lease_changed,
+                ready=lambda: self.stream is not None and self.stream.current and self.queue.empty(),
+            )
             self.outbox = Outbox(self.link, c, settings.notify, lambda: self._leader)
         self.stream = StreamSource(
             c, self.link, chat_gate=lambda: self._leader, on_recompute=self._recompute_requested

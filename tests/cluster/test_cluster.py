@@ -23,6 +23,7 @@ from cluster_harness import (
     offline_ladder,
     settled,
     stream_kills,
+    stream_leader,
     stream_messages,
     wait_until,
 )
@@ -148,6 +149,14 @@ class TestReplicasAgree:
         for r in (r1, r2):
             wait_until(partial(recomputed, r), TIMEOUT, f"{r.state_dir.name} recomputed")
             assert int(r.stats()["excluded"]) > 0
+        wait_until(
+            lambda: (
+                r1.stats()["journal_seq"] == r2.stats()["journal_seq"]
+                and r1.metric("arenad_cluster_lag_messages") == r2.metric("arenad_cluster_lag_messages") == 0
+            ),
+            TIMEOUT,
+            "both replicas at the stream's end",
+        )
         assert r1.ladder() == r2.ladder()
         assert cheat not in {row["player"] for row in r1.ladder()}
         stop_all(r1, r2, ingest)
@@ -184,15 +193,17 @@ class TestFaults:
         evs = kills(2000, seed=7)
         ingest.send_events(evs[:1000])
         wait_until(settled(r1, 1000), TIMEOUT, "first half applied")
-        nodes.cluster.stop_node(nodes.cluster.nodes[0], kill=True)  # a quorum of two stays
+        leader = stream_leader(nodes.cluster.urls, nodes.stream)
+        down = next(n for n in nodes.cluster.nodes if n.name == leader)
+        nodes.cluster.stop_node(down, kill=True)  # the stream's leader: an election; a quorum of two stays
         for k in range(1000, 2000, 100):
             ingest.send_events(evs[k : k + 100])
             time.sleep(0.05)
         wait_until(settled(r1, len(evs)), TIMEOUT, "the stream stays writable with one server down")
-        stream = stream_kills(nodes.cluster.urls[1:], nodes.stream)
+        stream = stream_kills([n.url for n in nodes.cluster.nodes if n is not down], nodes.stream)
         received = int(ingest.metric("arenad_events_received_total", 'source="udp"'))
         assert len(stream) == received == len(evs), (len(stream), received, len(evs))  # nothing is missing
-        nodes.cluster.start_node(nodes.cluster.nodes[0])
+        nodes.cluster.start_node(down)
         assert_ladder_equals_replay(r1, offline_ladder(tmp_path, stream))
 
     def test_ingest_killed_mqtt_redelivers_udp_is_lost_none_applied_twice(

@@ -13,7 +13,7 @@ import pytest
 from nats_cluster import NatsCluster
 
 from arenad.cluster.lease import Lease
-from arenad.cluster.link import Link
+from arenad.cluster.link import ClusterError, Link
 from arenad.cluster.outbox import Outbox
 from arenad.cluster.replica import StreamSource
 from arenad.cluster.wire import SCHEMA, chat_subject, encode_chat, encode_records, kills_subject
@@ -86,6 +86,36 @@ class TestLease:
             finally:
                 await a.close()
                 await b.close()
+
+        run(body)
+
+    def test_a_node_that_is_not_ready_does_not_take_a_free_lease(self, server: NatsCluster) -> None:
+        async def body() -> None:
+            s = settings(server)
+            link = Link(s, "a")
+            await link.open()
+            caught_up = {"now": False}
+            lease = Lease(link, s.lease_ttl, ready=lambda: caught_up["now"])
+            try:
+                await lease.step()
+                assert not lease.leader  # still catching up: it would announce stale changes
+                caught_up["now"] = True
+                await lease.step()
+                assert lease.leader
+            finally:
+                await link.close()
+
+        run(body)
+
+    def test_a_bucket_with_another_ttl_is_refused(self, server: NatsCluster) -> None:
+        async def body() -> None:
+            first = Link(settings(server), "a")
+            await first.open()
+            await first.close()
+            other = Link(settings(server, lease_ttl=9.0), "b")
+            with pytest.raises(ClusterError, match=r"lease_ttl is 9\.0 s"):
+                await other.open(timeout=5)
+            await other.close()
 
         run(body)
 
@@ -231,8 +261,6 @@ class TestStreamSource:
             ctx = SourceContext(
                 asyncio.Queue(), asyncio.Event(), asyncio.Event(), tmp_path, lambda: 0, positions={}
             )
-            from arenad.cluster.link import ClusterError
-
             with pytest.raises(ClusterError, match="starts at 3"):
                 await StreamSource(s, link, chat_gate=lambda: False).open(ctx)
             await link.close()
