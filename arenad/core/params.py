@@ -135,8 +135,9 @@ class ADRParams:
     #: 1 - 1/memory, so a young c follows the ratings' spread as it grows instead of averaging
     #: over it (1: an effective memory of min(n, memory)). 0 = the memory from the first kill.
     calibration_warmup: float = 1.0
-    #: c before the first kill (the ratings' spread is still small then: every stream measured
-    #: puts c at 2.5-4.4 after its first 100-300 kills). Ignored while calibration_memory is 0.
+    #: c before the first kill (the ratings' spread is still small then: the memory alone puts c
+    #: at 2.5-4.4 within the real logs' first 100-300 kills, 3.0 at an eighth of §10.7).
+    #: Ignored while calibration_memory is 0.
     calibration_start: float = 3.0
     #: §5 decay starts this many days after a player's last counted event (0 = the paper:
     #: every gap decays, which pulls every active player toward the mean at 1/tau per day).
