@@ -48,13 +48,13 @@ static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l'
 enum {
     K_CLOCK, K_LATE, K_FILTERED, K_NACTIVE, K_SUM_ACTIVE, K_SUM_ALL, K_SUM_SIGMA, K_RLO, K_RHI,
     K_DELTA_A, K_DELTA_B, K_APPLIED, K_NAMES, K_IDS, K_COOLDOWN, K_LOG, K_EXPIRY, K_ACTIVE,
-    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_QRING, K_QN, K_RECAL_APPLIED, K_LADDER_OK,
+    K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_CAL_N, K_QRING, K_QN, K_RECAL_APPLIED, K_LADDER_OK,
     K_NEG_BOUNDS, K_TIER_COUNTS, K_TIER_CHANGES, NKEYS
 };
 static const char *const key_names[NKEYS] = {
     "clock", "late_applied", "filtered", "_n_active", "_sum_r_active", "_sum_r_all", "_sum_sigma",
     "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied", "names", "ids",
-    "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied",
+    "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_cal_n", "_qring", "_qn", "recal_applied",
     "_ladder_ok", "_neg_bounds", "_tier_counts", "tier_changes"};
 
 static PyObject *keys[NKEYS];
@@ -71,6 +71,7 @@ static PyObject *fsum_fn, *heappush_fn;
 #define K4PI (4.0 / 3.141592653589793) /* engine._K4PI */
 #define CAL_MIN 0.125
 #define CAL_MAX 8.0
+#define CAL_WARMUP_MIN 20.0 /* engine.CAL_WARMUP_MIN */
 
 #define CD_EMPTY UINT64_MAX /* no pair: ids are below 2**32 - 1 */
 typedef struct {
@@ -98,7 +99,7 @@ typedef struct {
     double t_return_s, tau_s, drift_s, smax, smin, theta, lam, speak, speak2, eta_min, span;
     double rho_s, rho_v_w, gamma_phi, c_loss, dmax, inv_g2, lp, keep_phi;
     double late_tolerance, t_cooldown, sigma_place, h_req, active_window_s;
-    double cal_keep, grace_s, repeat_w;
+    double cal_keep, cal_warm, cal_mem, grace_s, repeat_w;
     int64_t returning_events, wlen, s_max, n_act, n_min, max_players, recal_min_events;
     int corrected, pool_losses, decay_on, logistic, cap_decay, sweep_sigma, display_cap;
     /* The engine's scalars (clock, sums, counters, calibration) while a batch runs (feed_many,
@@ -569,9 +570,17 @@ static int predicted(KernelObject *self, double z) {
     dcol(ring)[qn % Py_SIZE(ring)] = p;
     if (set_int(self, K_QN, qn + 1) < 0) return -1;
     if (self->cal_keep != 0.0) { /* a Newton step with the remembered information */
-        double info;
+        double info, n, keep = self->cal_keep;
+        if (get_double(self, K_CAL_N, &n) < 0) return -1;
+        n += 1.0;
+        if (set_double(self, K_CAL_N, n) < 0) return -1;
+        if (self->cal_warm != 0.0) { /* the warm-up (ADRParams.calibration_warmup) */
+            double m = self->cal_warm * n;
+            if (m < CAL_WARMUP_MIN) m = CAL_WARMUP_MIN;
+            if (m < self->cal_mem) keep = 1.0 - 1.0 / m;
+        }
         if (get_double(self, K_CAL_INFO, &info) < 0) return -1;
-        info = info * self->cal_keep + fisher;
+        info = info * keep + fisher;
         if (set_double(self, K_CAL_INFO, info) < 0) return -1;
         double c = cal + grad / info;
         c = c < CAL_MIN ? CAL_MIN : c > CAL_MAX ? CAL_MAX : c;
@@ -1216,7 +1225,8 @@ static const struct {
     KC(corrected, KC_BOOL),        KC(pool_losses, KC_BOOL),     KC(dmax, KC_DOUBLE),
     KC(inv_g2, KC_DOUBLE),         KC(lp, KC_DOUBLE),            KC(keep_phi, KC_DOUBLE),
     KC(n_act, KC_INT),             KC(n_min, KC_INT),            KC(decay_on, KC_BOOL),
-    KC(logistic, KC_BOOL),         KC(cal_keep, KC_DOUBLE),      KC(grace_s, KC_DOUBLE),
+    KC(logistic, KC_BOOL),         KC(cal_keep, KC_DOUBLE),      KC(cal_warm, KC_DOUBLE),
+    KC(cal_mem, KC_DOUBLE),        KC(grace_s, KC_DOUBLE),
     KC(cap_decay, KC_BOOL),        KC(sweep_sigma, KC_BOOL),     KC(repeat_w, KC_DOUBLE),
     KC(display_cap, KC_BOOL),      KC(late_tolerance, KC_DOUBLE), KC(t_cooldown, KC_DOUBLE),
     KC(sigma_place, KC_DOUBLE),    KC(h_req, KC_DOUBLE),         KC(max_players, KC_INT),

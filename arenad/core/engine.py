@@ -71,6 +71,9 @@ CAL_MAX = 8.0
 #: Fisher information the calibration starts with: about a dozen even kills' worth, so the first
 #: steps are large but not wild (docs/adr.md "Online calibration").
 CAL_PRIOR = 1.0
+#: The shortest memory of the calibration's warm-up (ADRParams.calibration_warmup): the first
+#: kills have z near 0 and almost no information, so a memory of 1 or 2 would divide by ~0.
+CAL_WARMUP_MIN = 20.0
 #: The display rating is mu - DISPLAY_K sigma (seed 002's conservative rating).
 DISPLAY_K = 3.0
 #: Predictions the engine keeps for its own live quality (Engine.recent_predictions).
@@ -262,6 +265,8 @@ def kernel_constants(p: ADRParams) -> dict[str, Any]:
         "decay_on": p.decay,
         "logistic": p.link == "logistic",
         "cal_keep": 1.0 - 1.0 / p.calibration_memory if p.calibration_memory else 0.0,
+        "cal_warm": p.calibration_warmup,
+        "cal_mem": p.calibration_memory,
         "grace_s": p.decay_grace * p.day_seconds,
         "cap_decay": p.cap_decay,
         "sweep_sigma": p.sweep_sigma,
@@ -305,6 +310,7 @@ class Engine:
         "_bounds",
         "_cal",
         "_cal_info",
+        "_cal_n",
         "_cooldown",
         "_cooldown_log",
         "_disp",
@@ -378,7 +384,7 @@ class Engine:
         "clock", "late_applied", "filtered", "_n_active", "_sum_r_active", "_sum_r_all",
         "_sum_sigma", "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied",
         "names", "ids", "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier",
-        "_bounds", "_cal", "_cal_info", "_qring", "_qn", "recal_applied", "next_recalibration",
+        "_bounds", "_cal", "_cal_info", "_cal_n", "_qring", "_qn", "recal_applied", "next_recalibration",
         "_ladder_ok", "_neg_bounds", "_tier_counts", "tier_changes",
     )  # fmt: skip
 
@@ -456,8 +462,9 @@ class Engine:
         self._kc: dict[str, Any] = kernel_constants(p)
         self._k: tuple[Any, ...] = tuple(self._kc.values())
         #: The online calibration multiplier on the link's argument (predictions only).
-        self._cal = 1.0
+        self._cal = p.calibration_start if p.calibration_memory else 1.0
         self._cal_info = CAL_PRIOR  # the Fisher information behind _cal
+        self._cal_n = 0.0  # calibration steps taken (the warm-up's n)
         # The last QUALITY_WINDOW predictions (attacker kills victim, before learning) and how
         # many were made: ADR's own live quality, scored without any shadow model.
         self._qring = array("d", bytes(8 * QUALITY_WINDOW))
@@ -650,7 +657,8 @@ class Engine:
             t_return_s, returning_events, tau_s, drift_s, smax, smin, theta, lam, speak, speak2,
             eta_min, span, wlen, rho_s, s_max, rho_v_w, gamma_phi, c_loss, corrected, pool_losses,
             dmax, inv_g2, lp, keep_phi, n_act, n_min, decay_on,
-            logistic, cal_keep, grace_s, cap_decay, sweep_sigma, _repeat_w, display_cap,
+            logistic, cal_keep, _cal_warm, _cal_mem, grace_s, cap_decay, sweep_sigma, _repeat_w,
+            display_cap,
             _late_tolerance, _t_cooldown, _sigma_place, _h_req, _max_players, _recal_min_events,
             _active_window_s,
         ) = self._k  # fmt: skip
@@ -923,12 +931,23 @@ class Engine:
     def _predicted(self, z: float, logistic: bool, cal_keep: float) -> None:
         """Record the calibrated prediction of this kill and take one calibration step: a Newton
         step on the log-likelihood with the information of the remembered kills (cal_keep = 1 -
-        1/calibration_memory; 0 = calibration off)."""
+        1/calibration_memory; 0 = calibration off), forgetting faster during the warm-up
+        (ADRParams.calibration_warmup). The kernel's ``predicted`` does the same operations."""
         p, grad, fisher = calibrated(self._cal, z, logistic)
         qn = self._qn
         self._qring[qn % QUALITY_WINDOW] = p
         self._qn = qn + 1
         if cal_keep:
+            n = self._cal_n + 1.0
+            self._cal_n = n
+            k = self._kc
+            warm = k["cal_warm"]
+            if warm:
+                m = warm * n
+                if m < CAL_WARMUP_MIN:
+                    m = CAL_WARMUP_MIN
+                if m < k["cal_mem"]:
+                    cal_keep = 1.0 - 1.0 / m
             info = self._cal_info * cal_keep + fisher
             self._cal_info = info
             c = self._cal + grad / info
@@ -1853,6 +1872,7 @@ class Engine:
                 "last_delta_victim": self.last_delta_victim,
                 "calibration": self._cal,
                 "calibration_info": self._cal_info,
+                "calibration_steps": self._cal_n,
             },
             "rejected": dict(self.rejected),
             "season": None if self._n0 is None else {"n0": self._n0.tobytes()},
@@ -1939,6 +1959,8 @@ class Engine:
         eng.last_delta_victim = sc["last_delta_victim"]
         eng._cal = float(sc.get("calibration", 1.0))  # absent before issue 14: c = 1
         eng._cal_info = float(sc.get("calibration_info", CAL_PRIOR))
+        # Absent before the warm-up: a state that has a calibration has passed its warm-up.
+        eng._cal_n = float(sc.get("calibration_steps", _INF if "calibration" in sc else 0.0))
         eng.rejected = dict(state["rejected"])
         season = state.get("season")
         if season is not None:

@@ -130,6 +130,15 @@ class ADRParams:
     #: Fisher information of the last ``calibration_memory`` kills (forgetting 1 - 1/memory),
     #: c in [1/8, 8]. 0 = off (c = 1, the paper's §3.1 probabilities).
     calibration_memory: float = 5000.0
+    #: The calibration's warm-up: while ``calibration_warmup`` * n < ``calibration_memory`` (n the
+    #: calibration steps so far) the forgetting is 1 - 1/max(20, warmup * n) instead of
+    #: 1 - 1/memory, so a young c follows the ratings' spread as it grows instead of averaging
+    #: over it (1: an effective memory of min(n, memory)). 0 = the memory from the first kill.
+    calibration_warmup: float = 1.0
+    #: c before the first kill (the ratings' spread is still small then: the memory alone puts c
+    #: at 2.5-4.4 within the real logs' first 100-300 kills, 3.0 at an eighth of §10.7).
+    #: Ignored while calibration_memory is 0.
+    calibration_start: float = 3.0
     #: §5 decay starts this many days after a player's last counted event (0 = the paper:
     #: every gap decays, which pulls every active player toward the mean at 1/tau per day).
     decay_grace: float = 7.0
@@ -260,6 +269,16 @@ class ADRParams:
             v.calibration_memory == 0 or v.calibration_memory >= 1,
             "calibration_memory",
             "must be 0 (off) or >= 1 (kills)",
+        )
+        need(
+            v.calibration_warmup >= 0,
+            "calibration_warmup",
+            "must be >= 0 (0: the calibration's memory from the first kill)",
+        )
+        need(
+            0.125 <= v.calibration_start <= 8.0,
+            "calibration_start",
+            "must lie in [0.125, 8] (the calibration's range)",
         )
         need(v.decay_grace >= 0, "decay_grace", "must be >= 0 (days)")
         need(0 <= v.placement_weight <= 1, "placement_weight", "must lie in [0, 1] (0: kills only)")
@@ -401,6 +420,8 @@ PAPER: dict[str, Any] = {
     "idle_after": 0.0,
     "link": "arctan",
     "calibration_memory": 0.0,
+    "calibration_warmup": 0.0,
+    "calibration_start": 1.0,
     "decay_grace": 0.0,
     "cap_decay": False,
     "sweep_sigma": True,

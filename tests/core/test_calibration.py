@@ -96,6 +96,88 @@ def test_the_engine_calibrates_and_keeps_it_in_its_state() -> None:
     assert eng.predict(i, j) == link_p(eng.calibration * ((eng._r[i] - eng._r[j]) / d), True)
 
 
+def _scale_steps(eng: Engine, truths: list[float], seed: int) -> float:
+    """Kills drawn from the logistic link at scale ``truths[k]``, each one calibration step of
+    ``eng`` (Engine._predicted, as at a kill); returns the mean |c - truth| of the last tenth."""
+    rng = random.Random(seed)
+    keep = eng._kc["cal_keep"]
+    errors = []
+    for k, truth in enumerate(truths):
+        z = rng.uniform(-2.0, 2.0)
+        won = rng.random() < link_p(truth * z, True)
+        eng._predicted(z if won else -z, True, keep)
+        if k >= len(truths) * 9 // 10:
+            errors.append(abs(eng.calibration - truth))
+    return sum(errors) / len(errors)
+
+
+class TestCalibrationWarmup:
+    """ADRParams.calibration_warmup and calibration_start (docs/adr.md "The calibration's
+    warm-up"): a young c forgets at 1 - 1/max(20, warmup * n), then at 1 - 1/memory."""
+
+    def test_the_start_is_c_before_the_first_kill(self) -> None:
+        assert Engine(ADRParams(calibration_start=2.5)).calibration == 2.5
+        assert Engine(ADRParams(calibration_start=2.5, calibration_memory=0.0)).calibration == 1.0
+        assert Engine(ADRParams.paper()).calibration == 1.0
+
+    @pytest.mark.parametrize("seed", [1, 2, 3])
+    def test_the_warmup_follows_a_scale_that_falls(self, seed: int) -> None:
+        """A scale falling from 3 to 1 over the first 2,000 kills (the ratings spreading, as on
+        the short logs): with the warm-up c is nearer the truth at the end than with the
+        memory alone, which still averages over the whole fall."""
+        truths = [3.0 - 2.0 * k / 2000 for k in range(2000)]
+        warm, plain = (
+            _scale_steps(Engine(ADRParams(calibration_start=3.0, calibration_warmup=w)), truths, seed)
+            for w in (1.0, 0.0)
+        )
+        assert warm < 0.8 * plain, (warm, plain)
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        warmup=st.floats(0.05, 4.0),
+        memory=st.floats(2.0, 400.0),  # memory 1 is keep 0: calibration off
+        cal=st.floats(CAL_MIN, CAL_MAX),
+        info=st.floats(1e-3, 1e3),
+        z=Z,
+    )
+    def test_past_the_warmup_the_step_is_the_memorys(
+        self, warmup: float, memory: float, cal: float, info: float, z: float
+    ) -> None:
+        """Once warmup * n >= memory (or the floor of 20 is), the step is exactly that of
+        warm-up 0 from the same c and information; before, it forgets faster (takes a larger
+        share of the new kill's information)."""
+        engines = [Engine(ADRParams(calibration_memory=memory, calibration_warmup=w)) for w in (warmup, 0.0)]
+        n = math.ceil(memory / warmup)
+        for eng in engines:
+            eng._cal, eng._cal_info, eng._cal_n = cal, info, float(n)
+            eng._predicted(z, True, eng._kc["cal_keep"])
+        assert (engines[0]._cal, engines[0]._cal_info) == (engines[1]._cal, engines[1]._cal_info)
+        assert engines[0]._cal_n == engines[1]._cal_n == n + 1
+        young = Engine(ADRParams(calibration_memory=memory, calibration_warmup=warmup))
+        young._cal, young._cal_info, young._cal_n = cal, info, 0.0
+        young._predicted(z, True, young._kc["cal_keep"])
+        m = max(20.0, warmup)
+        expected = info * (1.0 - 1.0 / m if m < memory else 1.0 - 1.0 / memory) + calibrated(cal, z, True)[2]
+        assert young._cal_info == expected
+
+    @settings(max_examples=30, deadline=None)
+    @given(warmup=st.floats(0.0, 4.0), start=st.floats(CAL_MIN, CAL_MAX), seed=st.integers(0, 99))
+    def test_c_stays_in_its_range_and_replays(self, warmup: float, start: float, seed: int) -> None:
+        """Any warm-up and start: c in [1/8, 8], positive information, and a replay of the same
+        kills (or an export and import halfway) ends in the same calibration state."""
+        params = ADRParams(calibration_memory=300.0, calibration_warmup=warmup, calibration_start=start)
+        rng = random.Random(seed)
+        kills = [(f"p{a}", f"p{b}") for a, b in (rng.sample(range(12), 2) for _ in range(400))]
+        a, b = Engine(params), Engine(params)
+        for k, (x, y) in enumerate(kills):
+            a.feed(x, y, T0 + 37.0 * k)
+            if k == 200:
+                b = Engine.from_state(b.export_state(), params)
+            b.feed(x, y, T0 + 37.0 * k)
+            assert CAL_MIN <= a.calibration <= CAL_MAX and a._cal_info > 0.0
+        assert (a._cal, a._cal_info, a._cal_n) == (b._cal, b._cal_info, b._cal_n)
+
+
 def test_recent_predictions_are_the_predictions_made() -> None:
     eng = Engine()
     seen = []
@@ -244,8 +326,14 @@ def test_a_state_from_before_issue_14_loads() -> None:
     del state["columns"]["disp"]
     del state["scalars"]["calibration"]
     del state["scalars"]["calibration_info"]
+    del state["scalars"]["calibration_steps"]
     back = Engine.from_state(state, eng.params)
     assert back.calibration == 1.0 and back._cal_info == CAL_PRIOR
+    assert back._cal_n == 0.0  # no calibration yet: its warm-up starts now
+    # A state from before the warm-up (c but no step count) has passed it: the memory applies.
+    state = eng.export_state()
+    del state["scalars"]["calibration_steps"]
+    assert Engine.from_state(state, eng.params)._cal_n == math.inf
     expected = array("d", (r - DISPLAY_K * s for r, s in zip(eng._r, eng._sigma, strict=True)))
     assert back._disp == expected
 

@@ -44,7 +44,8 @@ PARAM_SETS: list[dict[str, Any]] = [
      "late_tolerance": 0.0},
 ]  # fmt: skip
 #: The same sets on the paper's §9 configuration, and the issue-14 mechanisms one at a time and
-#: together (arctan with calibration, grace and the cap over decay, repeats and placements learnt).
+#: together (arctan with calibration, grace and the cap over decay, repeats and placements learnt,
+#: the calibration's warm-up and start).
 PAPER_SETS: list[dict[str, Any]] = [{**PAPER, **s} for s in PARAM_SETS]
 MECHANISM_SETS: list[dict[str, Any]] = [
     {**PARAM_SETS[1], "link": "arctan", "calibration_memory": 20.0},
@@ -61,6 +62,10 @@ MECHANISM_SETS: list[dict[str, Any]] = [
     },
     {**PARAM_SETS[1], "display_cap": True, "delta_max": 2.0, "sweep_sigma": True, "idle_after": 0.01},
     {**PARAM_SETS[4], "recalibrate_min_events": 7},
+    # the calibration's warm-up ending inside the stream, and its floor of 20 above the memory
+    {**PARAM_SETS[1], "calibration_memory": 60.0, "calibration_warmup": 0.5, "calibration_start": 2.0},
+    {**PARAM_SETS[2], "link": "arctan", "calibration_memory": 30.0, "calibration_warmup": 3.0},
+    {**PARAM_SETS[4], "calibration_memory": 8.0, "calibration_start": 0.5},
 ]
 ALL_SETS = PARAM_SETS + PAPER_SETS + MECHANISM_SETS
 ALL_IDS = (

@@ -52,7 +52,8 @@ FLOAT_KEYS: tuple[str, ...] = (
     "t_cooldown", "theta", "lambda", "tau", "sigma_drift", "t_return", "alpha", "lambda_pool",
     "delta_max", "sigma_place", "t_active", "h_req", "beta", "day_seconds", "initial_spread",
     "recalibrate_interval", "late_tolerance", "idle_after", "sweep_interval",
-    "calibration_memory", "decay_grace", "placement_weight", "repeat_weight",
+    "calibration_memory", "calibration_warmup", "calibration_start", "decay_grace",
+    "placement_weight", "repeat_weight",
 )  # fmt: skip
 OPTIONAL_FLOAT_KEYS: tuple[str, ...] = ("nu_min", "nu_max")
 INT_KEYS: tuple[str, ...] = (
@@ -166,8 +167,8 @@ NOT_IN_PAPER_TABLE: frozenset[str] = frozenset(
         "initial_spread", "recalibrate_interval", "late_tolerance", "max_players",
         "player_cap_policy", "decay", "idle_after", "sweep_interval", "recalibrate_min_events",
         # issue 14: calibration and safeguards (docs/adr.md "Defaults by measurement")
-        "link", "calibration_memory", "decay_grace", "cap_decay", "sweep_sigma", "display_cap",
-        "placement_weight", "repeat_weight",
+        "link", "calibration_memory", "calibration_warmup", "calibration_start", "decay_grace",
+        "cap_decay", "sweep_sigma", "display_cap", "placement_weight", "repeat_weight",
     }
 )  # fmt: skip
 
@@ -524,6 +525,12 @@ _bad("calibration_memory", "must be 0 (off) or >= 1 (kills)", "negative", calibr
 _bad("calibration_memory", "must be 0 (off) or >= 1 (kills)", "below-one", calibration_memory=below(1.0))
 _ok("calibration_memory", "zero", calibration_memory=0.0)
 _ok("calibration_memory", "one", calibration_memory=1.0)
+_bad("calibration_warmup", "must be >= 0", "negative", calibration_warmup=-TINY)
+_ok("calibration_warmup", "zero", calibration_warmup=0.0)
+_bad("calibration_start", "must lie in [0.125, 8]", "below", calibration_start=below(0.125))
+_bad("calibration_start", "must lie in [0.125, 8]", "above", calibration_start=above(8.0))
+_ok("calibration_start", "lowest", calibration_start=0.125)
+_ok("calibration_start", "highest", calibration_start=8.0)
 _bad("decay_grace", "must be >= 0 (days)", "negative", decay_grace=-TINY)
 _ok("decay_grace", "zero", decay_grace=0.0)
 _bad("placement_weight", "must lie in [0, 1] (0: kills only)", "negative", placement_weight=-TINY)
@@ -689,7 +696,7 @@ INT_FOR_FLOAT: dict[str, int] = {
     "delta_max": 60, "sigma_place": 180, "t_active": 7, "h_req": 400, "beta": 1,
     "day_seconds": 86400, "initial_spread": 150, "recalibrate_interval": 300, "late_tolerance": 5,
     "idle_after": 14, "sweep_interval": 86400, "calibration_memory": 0, "decay_grace": 3,
-    "placement_weight": 1, "repeat_weight": 0,
+    "placement_weight": 1, "repeat_weight": 0, "calibration_warmup": 2, "calibration_start": 1,
 }  # fmt: skip
 
 
@@ -981,6 +988,8 @@ SINGLE_KEY_VALID: dict[str, st.SearchStrategy[Any]] = {
     "sweep_interval": POSITIVE,
     "link": st.sampled_from(CHOICE_KEYS["link"]),
     "calibration_memory": st.one_of(st.just(0.0), num(1.0)),
+    "calibration_warmup": NON_NEGATIVE,
+    "calibration_start": num(0.125, 8.0),
     "decay_grace": NON_NEGATIVE,
     "cap_decay": st.booleans(),
     "sweep_sigma": st.booleans(),
@@ -1026,6 +1035,8 @@ for _k in (
 for _k in ("lambda_phi", "c_loss", "lambda_pool", "beta"):
     SINGLE_KEY_INVALID[_k] = st.one_of(NON_POSITIVE, num(above(1.0)))
 SINGLE_KEY_INVALID["calibration_memory"] = num(TINY, below(1.0))
+SINGLE_KEY_INVALID["calibration_warmup"] = NEGATIVE
+SINGLE_KEY_INVALID["calibration_start"] = st.one_of(num(TINY, below(0.125)), num(above(8.0)))
 for _k in ("placement_weight", "repeat_weight"):
     SINGLE_KEY_INVALID[_k] = st.one_of(NEGATIVE, num(above(1.0)))
 
