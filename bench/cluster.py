@@ -342,14 +342,15 @@ def restart_part(cluster: NatsCluster, workdir: Path, players: int, tail: int) -
         build_restart_state, 1800, state_dir=str(single_dir), players=players, tail=tail, seed=3
     )
     out["state"] = built
+    # The replica's copy before the single node runs: its stop writes a checkpoint past the tail.
+    replica_dir = workdir / "restart-replica"
+    shutil.copytree(single_dir, replica_dir, ignore=shutil.ignore_patterns("*.sock", "lock"))
     t0 = time.monotonic()
     d = DaemonProcess(single_dir)
     d.start()
     out["single_ready_s"] = round(_ready(d, t0), 3)
     d.stop(300)
     # The replica: the same checkpoint (its journal tail removed) and the tail in the stream instead.
-    replica_dir = workdir / "restart-replica"
-    shutil.copytree(single_dir, replica_dir, ignore=shutil.ignore_patterns("*.sock", "lock"))
     records: list[dict[str, Any]] = []
     for seg in sorted(replica_dir.glob("journal-*.log")):
         from arenad.daemon.state import read_records  # noqa: PLC0415
