@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,14 @@ class Mosquitto:
             return "\n".join(self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-20:])
         except OSError:
             return "(no log)"
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
+    """A running mosquitto on a free loopback port; stopped (always) when the test ends."""
+    broker = Mosquitto(_mosquitto_binary(), tmp_path / "mosquitto")
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop()

@@ -135,28 +135,19 @@ class Link:
     async def _objects(self) -> None:
         s = self.settings
         assert self.js is not None
-        await self._stream(
-            StreamConfig(
-                name=s.stream,
-                subjects=[f"{s.subject_prefix}.>"],
-                retention=RetentionPolicy.LIMITS,
-                storage=StorageType.FILE,
-                num_replicas=s.stream_replicas,
-                duplicate_window=s.duplicate_window,
-                max_age=s.max_age or None,
+        # The records' stream and the notifications' stream, alike but for name and subjects.
+        for name, prefix in ((s.stream, s.subject_prefix), (f"{s.stream}_NOTIFY", notify_prefix(s))):
+            await self._stream(
+                StreamConfig(
+                    name=name,
+                    subjects=[f"{prefix}.>"],
+                    retention=RetentionPolicy.LIMITS,
+                    storage=StorageType.FILE,
+                    num_replicas=s.stream_replicas,
+                    duplicate_window=s.duplicate_window,
+                    max_age=s.max_age or None,
+                )
             )
-        )
-        await self._stream(
-            StreamConfig(
-                name=f"{s.stream}_NOTIFY",
-                subjects=[f"{notify_prefix(s)}.>"],
-                retention=RetentionPolicy.LIMITS,
-                storage=StorageType.FILE,
-                num_replicas=s.stream_replicas,
-                duplicate_window=s.duplicate_window,
-                max_age=s.max_age or None,
-            )
-        )
         self.lease_kv = await self._bucket(lease_bucket(s), s.lease_ttl)
         self.nodes_kv = await self._bucket(nodes_bucket(s), NODE_TTL)
         # The lease's TTL is the bucket's, fixed when it was made: a holder renewing on another

@@ -44,7 +44,7 @@ from arenad.cluster.wire import (
     subject_matches,
 )
 from arenad.daemon.config_cluster import ClusterSettings
-from arenad.daemon.sources.ports import SourceContext
+from arenad.daemon.sources.ports import SourceContext, _Quiet
 from arenad.daemon.types import Batch, ControlRequest
 from arenad.records import KIND_CONTROL, ControlRecord
 
@@ -60,7 +60,7 @@ def stream_position(positions: dict[str, dict[str, Any]]) -> int:
     return int(positions.get(POSITION, {}).get("seq", 0))
 
 
-class StreamSource:
+class StreamSource(_Quiet):
     """The records' stream as a source (see the module docstring)."""
 
     name = "stream"
@@ -95,18 +95,8 @@ class StreamSource:
         else:
             self.subject, self.local = f"{settings.subject_prefix}.>", ()
 
-    # ------------------------------------------------------------------ the Source protocol
     def check(self) -> None:
         return None
-
-    def close(self) -> None:
-        return None
-
-    def nonkills(self) -> Counter[str]:
-        return Counter()
-
-    def collectors(self) -> list[Any]:
-        return []
 
     @property
     def current(self) -> bool:

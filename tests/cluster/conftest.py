@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cluster_harness import Nodes
-from mosquitto_broker import Mosquitto, _mosquitto_binary
+from mosquitto_broker import mosquitto  # noqa: F401 - the fixture
 from nats_cluster import NatsCluster
 
 
@@ -29,13 +29,3 @@ def nodes(tmp_path: Path, nats_cluster: NatsCluster) -> Iterator[Nodes]:
         yield n
     finally:
         n.close()
-
-
-@pytest.fixture
-def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
-    broker = Mosquitto(_mosquitto_binary(), tmp_path / "mosquitto")
-    try:
-        broker.start()
-        yield broker
-    finally:
-        broker.stop()

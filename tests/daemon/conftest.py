@@ -17,19 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mosquitto_broker import Mosquitto, _mosquitto_binary, free_port  # noqa: F401 - re-exported
-
-
-@pytest.fixture
-def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
-    """A running mosquitto on a free loopback port; stopped (always) when the test ends."""
-    broker = Mosquitto(_mosquitto_binary(), tmp_path / "mosquitto")
-    try:
-        broker.start()
-        yield broker
-    finally:
-        broker.stop()
-
+from mosquitto_broker import Mosquitto, _mosquitto_binary, free_port, mosquitto  # noqa: F401 - re-exported
 
 # ---------------------------------------------------------------------------- an authenticated broker
 SECURE_USERS = {"arenad": "arenad-pw", "server-eu1": "eu1-pw", "spectator": "spectator-pw"}
