@@ -52,6 +52,10 @@ Observe = Callable[[str, int, float], None]
 
 _SLICE = 0.005  # seconds of answering before a connection yields the loop to others
 _CLOSE_TIMEOUT = 1.0  # seconds to flush on close before the transport is aborted
+# Seconds a connection refused with an error keeps reading (and dropping) what its client still
+# sends. Closing at once with unread bytes makes the kernel answer with a reset, which can reach
+# the client before it has read the error (RFC 9112 §9.6, "lingering close").
+_LINGER = 1.0
 _WARM_INTERVAL = 1.0  # seconds between name-index updates once it is complete
 
 
@@ -158,6 +162,7 @@ class _HttpConnection(asyncio.Protocol):
         self._ready: deque[_Parsed] = deque()
         self._eof = False
         self._refusing = False
+        self._lingering = False
         self._write_paused = False
         self._scheduled = False
         self._deadline = self._loop.time() + shared.settings.idle_timeout
@@ -175,13 +180,13 @@ class _HttpConnection(asyncio.Protocol):
         if shared.active >= shared.settings.max_connections:
             self._refusing = True
             self._send_error(503, "too many connections", retry_after=1)
-            self.close()
+            self._linger()
             return
         shared.active += 1
         self._timer = self._loop.call_at(self._deadline, self._check_idle)
 
     def data_received(self, data: bytes) -> None:
-        if self._refusing or self._transport is None or self._transport.is_closing():
+        if self._refusing or self._lingering or self._transport is None or self._transport.is_closing():
             return
         self._buf += data
         if not self._scheduled:
@@ -189,7 +194,9 @@ class _HttpConnection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self._eof = True
-        if not self._refusing and not self._scheduled:
+        if self._lingering:
+            self.close()  # the client has sent all it will: the answer went before our FIN
+        elif not self._refusing and not self._scheduled:
             self._work()
         return False  # the transport closes once the last answer is written
 
@@ -259,7 +266,7 @@ class _HttpConnection(asyncio.Protocol):
         start = self._loop.time()
         try:
             while self._transport is not None and not self._transport.is_closing():
-                if self._write_paused:
+                if self._write_paused or self._lingering:
                     return
                 if self._ready:
                     wait = self._shared.budget_wait(self._loop.time())
@@ -279,12 +286,15 @@ class _HttpConnection(asyncio.Protocol):
                         self._loop.call_soon(self._work)
                         return
                     parsed = self._ready.popleft()
-                    if not self._answer(parsed) or not parsed.keep_alive:
+                    if not self._answer(parsed):
+                        self._linger()
+                        return
+                    if not parsed.keep_alive:
                         self.close()
                         return
                 elif self._pos < len(self._buf):
                     if not self._feed():
-                        self.close()
+                        self._linger()
                         return
                 else:
                     if self._eof:
@@ -419,6 +429,26 @@ class _HttpConnection(asyncio.Protocol):
             self._timer.cancel()
         self._timer = self._loop.call_later(_CLOSE_TIMEOUT, transport.abort)
         transport.close()
+
+    def _linger(self) -> None:
+        """After an error answer: send it and our FIN, drop what the client still sends, and
+        close when it ends or after ``_LINGER``, so that it reads the answer, not a reset."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if not transport.can_write_eof():
+            self.close()
+            return
+        self._lingering = True
+        self._ready.clear()
+        self._buf.clear()
+        self._pos = 0
+        transport.write_eof()
+        if not transport.is_reading():
+            transport.resume_reading()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(_LINGER, self.close)
 
     async def closed(self) -> None:
         await self._closed

@@ -89,9 +89,15 @@ def test_a_new_rule_rates_the_player_nowhere_and_live_events_are_caught_up(tmp_p
         await step(r, 500, now - 3000, "a")
         assert "p3" in r.state.engine.ids
         r.state.scopes.exclusions.add(Rule(id=1, player="p3"))  # as a journaled exclude would
-        r.recomputer.request(None, None, "exclude p3")
-        await step(r, 100, now - 1000, "b")  # arrives while it runs (or just before)
+        # Held by the test (as retention would hold it) so that the rebuild, which waits for it,
+        # starts only after the live events below are journaled: they must be caught up, not
+        # merely applied live after a swap that beat them.
+        async with r.store.history_lock:
+            r.recomputer.request(None, None, "exclude p3")
+            await asyncio.sleep(0)  # the recompute task reads its upto (500) and waits
+            await step(r, 100, now - 1000, "b")
         await finish(r)
+        assert r.recomputer.status.caught_up == 100
 
     try:
         asyncio.run(main())
