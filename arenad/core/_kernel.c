@@ -569,7 +569,7 @@ static int predicted(KernelObject *self, double z) {
     }
     dcol(ring)[qn % Py_SIZE(ring)] = p;
     if (set_int(self, K_QN, qn + 1) < 0) return -1;
-    if (self->cal_keep != 0.0) { /* a Newton step with the remembered information */
+    if (self->cal_mem != 0.0) { /* a Newton step with the remembered information */
         double info, n, keep = self->cal_keep;
         if (get_double(self, K_CAL_N, &n) < 0) return -1;
         n += 1.0;
@@ -582,9 +582,11 @@ static int predicted(KernelObject *self, double z) {
         if (get_double(self, K_CAL_INFO, &info) < 0) return -1;
         info = info * keep + fisher;
         if (set_double(self, K_CAL_INFO, info) < 0) return -1;
-        double c = cal + grad / info;
-        c = c < CAL_MIN ? CAL_MIN : c > CAL_MAX ? CAL_MAX : c;
-        if (set_double(self, K_CAL, c) < 0) return -1;
+        if (info > 0.0) { /* none yet (a memory of one kill, a certain prediction): no step */
+            double c = cal + grad / info;
+            c = c < CAL_MIN ? CAL_MIN : c > CAL_MAX ? CAL_MAX : c;
+            if (set_double(self, K_CAL, c) < 0) return -1;
+        }
     }
     return 0;
 }

@@ -937,10 +937,10 @@ class Engine:
         qn = self._qn
         self._qring[qn % QUALITY_WINDOW] = p
         self._qn = qn + 1
-        if cal_keep:
+        k = self._kc
+        if k["cal_mem"]:  # not cal_keep: a memory of one kill keeps nothing (0) and still steps
             n = self._cal_n + 1.0
             self._cal_n = n
-            k = self._kc
             warm = k["cal_warm"]
             if warm:
                 m = warm * n
@@ -950,8 +950,9 @@ class Engine:
                     cal_keep = 1.0 - 1.0 / m
             info = self._cal_info * cal_keep + fisher
             self._cal_info = info
-            c = self._cal + grad / info
-            self._cal = CAL_MIN if c < CAL_MIN else CAL_MAX if c > CAL_MAX else c
+            if info > 0.0:  # none yet (a memory of one kill, a certain prediction): no step
+                c = self._cal + grad / info
+                self._cal = CAL_MIN if c < CAL_MIN else CAL_MAX if c > CAL_MAX else c
 
     def _repeat(self, a: int, b: int, t: float, since: float) -> None:
         """A §2.1 repeat inside the cooldown: predicted and calibrated on, and learnt at the

@@ -115,6 +115,12 @@ class TestCalibrationWarmup:
     """ADRParams.calibration_warmup and calibration_start (docs/adr.md "The calibration's
     warm-up"): a young c forgets at 1 - 1/max(20, warmup * n), then at 1 - 1/memory."""
 
+    def test_a_memory_of_one_kill_still_calibrates(self) -> None:
+        # 1 - 1/1 = 0 kept: each step is the Newton step of the last kill alone, not no step.
+        eng = Engine(ADRParams(calibration_memory=1.0, calibration_warmup=0.0, calibration_start=1.0))
+        eng._predicted(0.5, True, eng._kc["cal_keep"])
+        assert eng.calibration != 1.0
+
     def test_the_start_is_c_before_the_first_kill(self) -> None:
         assert Engine(ADRParams(calibration_start=2.5)).calibration == 2.5
         assert Engine(ADRParams(calibration_start=2.5, calibration_memory=0.0)).calibration == 1.0

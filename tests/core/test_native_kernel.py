@@ -66,6 +66,8 @@ MECHANISM_SETS: list[dict[str, Any]] = [
     {**PARAM_SETS[1], "calibration_memory": 60.0, "calibration_warmup": 0.5, "calibration_start": 2.0},
     {**PARAM_SETS[2], "link": "arctan", "calibration_memory": 30.0, "calibration_warmup": 3.0},
     {**PARAM_SETS[4], "calibration_memory": 8.0, "calibration_start": 0.5},
+    # a memory of one kill: nothing kept (1 - 1/1 = 0), and still a step at every kill
+    {**PARAM_SETS[3], "calibration_memory": 1.0, "calibration_warmup": 0.0},
 ]
 ALL_SETS = PARAM_SETS + PAPER_SETS + MECHANISM_SETS
 ALL_IDS = (
