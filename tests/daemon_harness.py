@@ -63,7 +63,7 @@ class DaemonProcess:
         )
         self._reader = threading.Thread(target=self._read_log, args=(self.proc,), daemon=True)
         self._reader.start()
-        if not self._started.wait(STARTUP_TIMEOUT):
+        if not self._started.wait(STARTUP_TIMEOUT) or not self.addresses:  # timed out, or exited
             self.kill()
             raise AssertionError("arenad did not start:\n" + "\n".join(self.log_lines[-40:]))
         return self
@@ -79,6 +79,8 @@ class DaemonProcess:
             if rec.get("event") == "arenad_started":
                 self.addresses = rec
                 self._started.set()
+        if proc is self.proc:  # it exited (its log says why): start() need not wait out the timeout
+            self._started.set()
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM and wait for the exit code."""
