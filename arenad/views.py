@@ -13,7 +13,8 @@ as the one pure piece of request admission they share.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from arenad.core.engine import DISPLAY_K, Engine
@@ -65,15 +66,17 @@ def player_body(eng: Engine, i: int, k: float, scope: str) -> dict[str, Any]:
 
 
 def ladder_rows(
-    eng: Engine, ids: Iterable[int], k: float, rank: Callable[[int], int] | None = None
+    eng: Engine, ids: Iterable[int], k: float, above: Sequence[float] = ()
 ) -> list[dict[str, Any]]:
-    """One leaderboard row per id, in the order given; ``rank`` another ranking than the
-    ladder's own (the web's public ranks skip hidden players)."""
+    """One leaderboard row per id, in the order given; ``above``: the sorted ``-mu`` of players
+    left out of the ranks shown (the web's hidden players), each one rated above a row moving
+    it up a place."""
     ids = list(ids)
     # The columns in one gather each (Engine.row_columns) rather than a PlayerView per row.
     mus, sigmas, displays, tiers, actives, ranks = eng.row_columns(ids)
-    if rank is not None:
-        ranks = [rank(i) for i in ids]
+    if above:
+        # The same rule as arenad.web.reader.Public.rank, from the columns already read.
+        ranks = [r - bisect_left(above, -mu) for r, mu in zip(ranks, mus, strict=True)]
     if k != DISPLAY_K:
         displays = [mu - k * sigma for mu, sigma in zip(mus, sigmas, strict=True)]
     names = eng.names
@@ -185,15 +188,22 @@ class TokenBucket:
 
     def take(self, now: float) -> float:
         """Spend one token: 0.0 if the request may go, else the seconds until a token is due."""
-        if now > self.last:  # a clock that steps back refills nothing
-            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
-            self.last = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return 0.0
-        if self.rate <= 0:
-            return math.inf
-        return (1.0 - self.tokens) / self.rate
+        self.tokens, self.last, wait = take_token(self.tokens, self.last, now, self.rate, self.burst)
+        return wait
+
+
+def take_token(
+    tokens: float, last: float, now: float, rate: float, burst: float
+) -> tuple[float, float, float]:
+    """The token bucket's one rule: refill since ``last`` (a clock that steps back refills
+    nothing), then spend a token. Returns the new tokens and last, and 0.0 if the request may
+    go, else the seconds until a token is due (``TokenBucket``; the web readers' shared table)."""
+    if now > last:
+        tokens = min(burst, tokens + (now - last) * rate)
+        last = now
+    if tokens >= 1.0:
+        return tokens - 1.0, last, 0.0
+    return tokens, last, math.inf if rate <= 0 else (1.0 - tokens) / rate
 
 
 def finite(obj: Any) -> Any:

@@ -295,7 +295,8 @@ def run(players: int, events: int, n: int, ingest: float) -> dict[str, Any]:
         history=SyntheticHistory(clock),
         hidden=hidden,
     )
-    settings = WebSettings(listen="127.0.0.1:0", rate_limit=0.0)
+    # The adapter on one loop, by design (the daemon's forked readers: bench.web_daemon).
+    settings = WebSettings(listen="127.0.0.1:0", rate_limit=0.0, readers=0)
     app = WebApp(ports, settings)
     t1 = time.perf_counter()
     while not app.reader.warm(50_000):

@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import multiprocessing
+import os
 import random
 import shutil
 import socket
@@ -477,6 +479,37 @@ def server_quantiles(
     return out
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of ``pid`` (its own, and its children's: the reaped ones and those
+    running, the web readers) and of the whole machine (busy, all cores), from /proc."""
+
+    def stat(p: int | str) -> list[str]:
+        try:
+            text = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            return []
+        return text[text.rindex(")") + 2 :].split()
+
+    own = stat(pid)
+    out = {"daemon": 0.0, "children": 0.0, "machine": 0.0}
+    if own:
+        out["daemon"] = (int(own[11]) + int(own[12])) / _TICK
+        out["children"] = (int(own[13]) + int(own[14])) / _TICK
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            f = stat(entry.name)
+            if f and int(f[1]) == pid:
+                out["children"] += (int(f[11]) + int(f[12])) / _TICK
+    with contextlib.suppress(OSError):
+        cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        vals = [int(v) for v in cpu]
+        out["machine"] = (sum(vals[:8]) - vals[3] - vals[4]) / _TICK  # less idle and iowait
+    return out
+
+
 class Phase:
     """A UDP sender (and optionally a load generator) for one window; the daemon's counters at
     both ends of it."""
@@ -509,6 +542,7 @@ class Phase:
             sender.start()
             time.sleep(lead)  # past the first slices, the queue at its steady depth
             s0, m0, t0 = self.d.stats(), self.d.metrics(), time.monotonic()
+            c0 = tree_cpu(self.d.proc.pid)
             if load is not None:
                 kind, names, players, rps, conns, only = load
                 receiver, out = self.ctx.Pipe(duplex=False)
@@ -536,6 +570,7 @@ class Phase:
             else:
                 time.sleep(seconds)
             s1, m1, t1 = self.d.stats(), self.d.metrics(), time.monotonic()
+            c1 = tree_cpu(self.d.proc.pid)
         finally:
             stop.set()
             for p in (sender, loader):
@@ -557,6 +592,9 @@ class Phase:
                 ),
                 "dropped": dropped,
                 "sent_by_sender": int(sent.value),
+                # Cores in use over the window: the daemon's process, its readers (the web's
+                # forks), the whole machine (sender, load generator and everything else too).
+                "cores": {k: round((c1[k] - c0[k]) / span, 2) for k in c0},
             }
         )
         if load is not None and load[0] == "http":
@@ -593,7 +631,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
         # the engine task waits for it (arenad/daemon/recovery.py), a stall of ingest that is not
         # the web layer's and would land in whichever phase the minute ends in.
         config.write_text(
-            "[daemon]\ncheckpoint_interval = 3600\n\n[web]\nrate_limit = 0\n\n[query]\nrate_limit = 0\n"
+            "[daemon]\ncheckpoint_interval = 3600\n\n[web]\nrate_limit = 0\n"
+            f"readers = {args.readers}\nrefresh = {args.refresh}\n\n[query]\nrate_limit = 0\n"
         )
         daemon_harness.STARTUP_TIMEOUT = 600.0  # a million players' checkpoint loads before the log line
         d = DaemonProcess(state, config=config)
@@ -655,6 +694,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
         "web_ready_s": round(ready_s, 1),
         "kinds": list(kinds),
         "rps": args.rps,
+        "readers": args.readers,
+        "refresh": args.refresh,
         "connections": args.connections,
         "client": args.client,
         "phases": phases,
@@ -695,8 +736,10 @@ def table(r: dict[str, Any]) -> str:
         f"load {r['loadavg_start']} → {r['loadavg_end']}; P = {r['players']:,}; "
         f"daemon ready in {r['daemon_ready_s']} s; load generator: {r.get('client', 'python')}",
         "",
-        "| phase | asked events/s | achieved events/s | dropped |",
-        "|---|---:|---:|---|",
+        f"[web] readers = {r.get('readers', 0)}, refresh = {r.get('refresh', '-')} s",
+        "",
+        "| phase | asked events/s | achieved events/s | dropped | cores: daemon / readers / machine |",
+        "|---|---:|---:|---|---|",
     ]
     for name, label in [
         ("ingest_idle", "ingest, web idle"),
@@ -706,7 +749,9 @@ def table(r: dict[str, Any]) -> str:
     ]:
         p = ph[name]
         asked = f"{p['ingest_target']:,.0f}" if p["ingest_target"] else "paced by the queue"
-        lines.append(f"| {label} | {asked} | {p['events_per_s']:,.0f} | {p['dropped'] or '-'} |")
+        c = p.get("cores", {})
+        cores = f"{c.get('daemon', 0):.2f} / {c.get('children', 0):.2f} / {c.get('machine', 0):.2f}"
+        lines.append(f"| {label} | {asked} | {p['events_per_s']:,.0f} | {p['dropped'] or '-'} | {cores} |")
     lines += [
         "",
         f"| request at {r['rps']:,.0f} requests/s (ms) | n | client p50 | client p99 | client max "
@@ -780,6 +825,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--kinds", default=",".join(HTTP_KINDS), help="comma-separated HTTP request kinds, taken in turn"
     )
+    ap.add_argument("--readers", type=int, default=2, help="[web] readers (forked snapshots); 0: the loop")
+    ap.add_argument("--refresh", type=float, default=5.0, help="[web] refresh, seconds")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 

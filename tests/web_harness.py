@@ -244,7 +244,9 @@ def start_server(world: World, **settings: Any) -> ServerThread:
         history=world.history,
         hidden=world.hidden,
     )
-    config = {"listen": "127.0.0.1:0", "rate_limit": 0.0, **settings}
+    # The loop answers (readers = 0): these tests change the world and read it back at once;
+    # the forked readers are tested on a real daemon (tests/web/test_readers.py).
+    config = {"listen": "127.0.0.1:0", "rate_limit": 0.0, "readers": 0, **settings}
     return ServerThread(ports, WebSettings.model_validate(config))
 
 

@@ -386,7 +386,22 @@ class WebMetrics:
             buckets=WEB_BUCKETS,
             registry=registry,
         )
+        self.forks = Counter(
+            "arenad_web_reader_forks",
+            'Web readers forked from the daemon (a new snapshot; docs/web.md "Readers").',
+            registry=registry,
+        )
+        self.fork_seconds = Histogram(
+            "arenad_web_reader_fork_seconds",
+            "Time the daemon's loop was held by one fork() of a web reader.",
+            buckets=WEB_BUCKETS,
+            registry=registry,
+        )
         self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def forked(self, seconds: float) -> None:
+        self.forks.inc()
+        self.fork_seconds.observe(seconds)
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         pair = self._children.get((route, status))

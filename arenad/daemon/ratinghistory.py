@@ -257,6 +257,7 @@ class HistoryReader:
         self.history = history
         self._scopes = scopes
         self._db: sqlite3.Connection | None = None
+        self._inherited: list[sqlite3.Connection] = []  # across a fork (forked)
         self._generation = -1
         # The tracker's list of closed sessions indexed by player: the list, its first entry
         # (a refused write puts sessions back in front) and how far it is indexed.
@@ -280,6 +281,14 @@ class HistoryReader:
             self._db = sqlite3.connect(f"file:{h.path}?mode=ro", uri=True, check_same_thread=False)
             self._generation = h.generation
         return self._db
+
+    def forked(self) -> None:
+        """In a forked web reader: read through a connection of its own. The inherited one is
+        kept, never used or closed (SQLite connections must not cross a fork; its fd is the
+        reader's /dev/null by now, arenad/web/readers.py)."""
+        if self._db is not None:
+            self._inherited.append(self._db)
+            self._db = None
 
     def _pending(self, closed: list[Session], player: str) -> list[Session]:
         """The player's sessions in ``closed`` (the tracker's, not written yet), oldest first."""

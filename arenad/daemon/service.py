@@ -496,6 +496,7 @@ class Daemon:
                 s.web,
                 web_ports(self.state, self.ratings, self.web_status, self.queue.qsize),
                 observe=self.metrics.web.observe,
+                forked=self.metrics.web.forked,
             )
             if self.web.address is not None:
                 web_host, _, web_port = self.web.address.rpartition(":")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from arenad import __version__
@@ -143,11 +144,45 @@ def web_ports(
     def engine_behind() -> bool:
         return queue_depth() >= BEHIND_BATCHES
 
-    history = History(RatingReader(ratings, scopes)) if ratings is not None else None
+    reader = RatingReader(ratings, scopes) if ratings is not None else None
+
+    def version() -> object:
+        # What a forked reader shows moves only with these (docs/web.md "Readers"): a journaled
+        # record (events, hide/unhide, control), a recompute's swap, the history's database.
+        return (state.seq, state.applied, id(state.scopes), ratings.version if ratings is not None else 0)
+
+    def urgent() -> object:
+        # Privacy first: who is hidden must reach the pages at once, not a refresh later.
+        sc = state.scopes
+        return (id(sc), len(sc.hidden), hash(frozenset(sc.hidden)))
+
+    @contextmanager
+    def fork_guard() -> Iterator[bool]:
+        # A checkpoint thread inside SQLite at the fork would leave its locks (and SQLite's own
+        # per-process lock table) held in the child: fork only while the write lock is free,
+        # and keep it until the fork is done.
+        if ratings is None:
+            yield True
+            return
+        got = ratings.lock.acquire(blocking=False)
+        try:
+            yield got
+        finally:
+            if got:
+                ratings.lock.release()
+
+    def after_fork() -> None:
+        if reader is not None:
+            reader.forked()
+
     return WebPorts(
         scopes=scopes,
         status=status,
-        history=history,
+        history=History(reader) if reader is not None else None,
         hidden=HiddenPlayers(scopes),
         engine_behind=engine_behind,
+        version=version,
+        urgent=urgent,
+        fork_guard=fork_guard,
+        after_fork=after_fork,
     )

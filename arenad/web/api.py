@@ -24,9 +24,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from collections import OrderedDict
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import structlog
@@ -80,6 +81,12 @@ def _matches(if_none_match: str, etag: str) -> bool:
 
 
 # ---------------------------------------------------------------------------- rate limit
+class Buckets(Protocol):
+    """Per-client token buckets: ``ClientBuckets`` here, ``readers.SharedBuckets`` across forks."""
+
+    def take(self, client: str, now: float) -> float: ...
+
+
 class ClientBuckets:
     """A token bucket per client, the ``max_clients`` most recent remembered (the least recent
     forgotten first: a forgotten client starts again with a full bucket)."""
@@ -112,8 +119,9 @@ class WebApp:
         self.ports = ports
         self.settings = settings
         self.reader = Reader(ports.scopes, ports.hidden, ports.history)
-        self.buckets = ClientBuckets(settings.rate_limit, settings.burst, settings.max_clients)
+        self.buckets: Buckets = ClientBuckets(settings.rate_limit, settings.burst, settings.max_clients)
         self.internal_errors = 0
+        self.snapshot_at: float | None = None  # in a forked reader: when its snapshot was taken
         self._logged: set[tuple[str, str]] = set()
         self._openapi = resources.files("arenad.web").joinpath("openapi.json").read_bytes()
         self._origins = frozenset(settings.cors_origins)
@@ -253,7 +261,14 @@ class WebApp:
         out["scopes"] = scopes_body(self.reader.scope_set())["scopes"]
         out["players"] = len(self.reader.scope_set().global_engine)
         out["web_internal_errors"] = self.internal_errors
+        if self.snapshot_at is not None:  # answered by a reader: how far behind the daemon it may be
+            out["snapshot_age"] = round(max(0.0, time.time() - self.snapshot_at), 3)
         return out
+
+    def snapshot_taken(self) -> None:
+        """Just before a reader is forked: what it inherits should be current (the status's
+        events-per-second sample)."""
+        self.ports.status()
 
     # -- responses -------------------------------------------------------------------------
     def _ok(self, req: Request, route: str, api: bool, status: int, body: Any) -> Response:

@@ -44,6 +44,11 @@ class WebSettings(Section):
     # At most this share of the event loop (shared with the engine and ingest) goes to answering
     # HTTP, measured over 0.1 s windows; beyond it requests wait. 1.0: no limit (docs/web.md).
     loop_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.3
+    # Processes answering from forked snapshots of the daemon, off the engine's loop (Linux; 0:
+    # the daemon's loop answers, always current, under loop_share). docs/web.md "Readers".
+    readers: Annotated[int, Field(ge=0, le=16)] = 2
+    # Seconds a reader's snapshot may fall behind a changing state before a newer fork replaces it.
+    refresh: Annotated[float, Field(ge=0.05, le=3600.0)] = 5.0
 
     @property
     def enabled(self) -> bool:

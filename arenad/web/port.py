@@ -8,6 +8,7 @@ each call must answer in bounded time (an indexed lookup, not a scan).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -88,6 +89,18 @@ def _always_behind() -> bool:
     return True
 
 
+def _always_new() -> object:
+    return object()
+
+
+def _no_guard() -> AbstractContextManager[bool]:
+    return nullcontext(True)
+
+
+def _nothing() -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class WebPorts:
     """Everything ``start_web`` reads; ``history`` None = no history configured; without
@@ -98,3 +111,13 @@ class WebPorts:
     history: HistoryReader | None = None
     hidden: HiddenPlayers = field(default_factory=NobodyHidden)
     engine_behind: EngineBehind = _always_behind
+    # For forked readers (arenad/web/readers.py): ``version`` changes whenever what the web
+    # shows may have (a new fork is due only then); ``urgent`` with what must show at once (who
+    # is hidden, a recompute's swap: forked at the next look); ``fork_guard`` is held around
+    # the fork and yields True when a fork is safe (no worker thread inside SQLite: the rating
+    # history's write lock, taken); ``after_fork`` reopens in the fork what must not be shared
+    # (the rating history's connection).
+    version: Callable[[], object] = _always_new
+    urgent: Callable[[], object] = _nothing
+    fork_guard: Callable[[], AbstractContextManager[bool]] = _no_guard
+    after_fork: Callable[[], None] = _nothing

@@ -164,7 +164,7 @@ class Public:
         return e
 
     def rows(self, ids: Sequence[int]) -> list[dict[str, Any]]:
-        return ladder_rows(self.eng, ids, DISPLAY_K, self.rank if self.hidden_ids else None)
+        return ladder_rows(self.eng, ids, DISPLAY_K, self.keys)
 
 
 # ---------------------------------------------------------------------------- the reader
@@ -181,6 +181,9 @@ class Reader:
         self._hidden = hidden
         self.history = history
         self._indexes: dict[str, NameIndex] = {}
+        #: Called with a scope whose search found its index incomplete (a forked reader tells
+        #: the daemon, whose loop builds the indexes the next readers inherit).
+        self.index_wanted: Callable[[str], None] | None = None
 
     # -- scopes ----------------------------------------------------------------------------
     def scope_set(self) -> ScopeSet:
@@ -361,6 +364,8 @@ class Reader:
         check_name(q, "q")
         index = self.index(pub)
         if not index.step():
+            if self.index_wanted is not None:
+                self.index_wanted(pub.scope)
             raise ApiError(503, "the name index is still being built; try again shortly", "q", retry_after=1)
         ids = index.prefix(q, limit, pub.visible)
         return {"scope": pub.scope, "q": q, "players": pub.rows(ids)}
@@ -370,6 +375,17 @@ class Reader:
         if index is None or index.engine is not pub.eng:  # a recompute swapped the engine
             index = self._indexes[pub.scope] = NameIndex(pub.eng)
         return index
+
+    def want_index(self, scope: str) -> None:
+        """Build ``scope``'s name index in the following ``warm`` steps (a reader asked)."""
+        eng = self._scopes().engines.get(scope)
+        index = self._indexes.get(scope)
+        if eng is not None and (index is None or index.engine is not eng):
+            self._indexes[scope] = NameIndex(eng)
+
+    def index_progress(self) -> tuple[tuple[str, int], ...]:
+        """How far each name index is built: a fork inherits them as they stand."""
+        return tuple((scope, index.seen) for scope, index in self._indexes.items())
 
     def warm(self, budget: int = INDEX_STEP) -> bool:
         """Advance one incomplete name index by a step, the global one first, then those searches

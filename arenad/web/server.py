@@ -28,21 +28,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import os
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from http import HTTPStatus
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, NoReturn, cast
 
 import httptools
+import msgpack
 import structlog
 
 from arenad.daemon.config import parse_hostport
 from arenad.web.api import WebApp, encode_json
 from arenad.web.config import WebSettings
 from arenad.web.port import WebPorts
+from arenad.web.readers import (
+    FLUSH_INTERVAL,
+    HANDOVER_POLL,
+    ParentLogger,
+    ReaderLink,
+    ReaderPool,
+    SharedBuckets,
+    detach_from_daemon,
+    fork_supported,
+    new_loop,
+)
 from arenad.web.request import Request
 
 log = structlog.get_logger("arenad.web")
@@ -56,6 +70,7 @@ _CLOSE_TIMEOUT = 1.0  # seconds to flush on close before the transport is aborte
 # sends. Closing at once with unread bytes makes the kernel answer with a reset, which can reach
 # the client before it has read the error (RFC 9112 §9.6, "lingering close").
 _LINGER = 1.0
+_INBOX_MAX = 1 << 16  # bytes of one message from the reader replaced
 _WARM_INTERVAL = 1.0  # seconds between name-index updates once it is complete
 
 
@@ -453,10 +468,53 @@ class _HttpConnection(asyncio.Protocol):
     async def closed(self) -> None:
         await self._closed
 
+    # -- moving to a newer snapshot (arenad/web/readers.py) -----------------------------------
+    def idle(self) -> bool:
+        """Between requests with nothing held: no bytes unparsed, no answer unwritten, no head
+        half-received. Only then can the socket move to another process as a bare fd."""
+        t = self._transport
+        return (
+            t is not None
+            and not t.is_closing()
+            and not self._ready
+            and self._pos >= len(self._buf)
+            and self._partial == 0
+            and not self._in_body
+            and not self._scheduled
+            and not self._write_paused
+            and not self._refusing
+            and not self._lingering
+            and not self._eof
+            and t.get_write_buffer_size() == 0
+        )
+
+    def detach(self) -> tuple[int, float] | None:
+        """A duplicate of the socket's fd and the seconds left of its idle deadline; the
+        connection here is closed without a FIN (the duplicate keeps the socket open). None when
+        the socket cannot be had."""
+        t = self._transport
+        if t is None:
+            return None
+        sock = t.get_extra_info("socket")
+        if sock is None:
+            return None
+        t.pause_reading()
+        fd = os.dup(sock.fileno())
+        left = max(0.0, self._deadline - self._loop.time())
+        t.close()
+        return fd, left
+
+    def adopt(self, idle_left: float) -> None:
+        """A connection taken over from an older snapshot keeps the rest of its idle deadline."""
+        self._deadline = self._loop.time() + idle_left
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = self._loop.call_at(self._deadline, self._check_idle)
+
 
 @dataclass(slots=True)
 class WebHandle:
-    """A running web server; ``close()`` stops it and ends its connections."""
+    """A running web server; ``close()`` stops it and ends its connections (and its readers)."""
 
     app: WebApp
     address: str | None  # "host:port" it listens on; None when [web] listen is off
@@ -464,15 +522,25 @@ class WebHandle:
     _shared: _Shared | None = None
     _warm: asyncio.Task[None] | None = None
     _closed: bool = False
+    pool: ReaderPool | None = None  # the forked readers, when [web] readers > 0
+    _pool_task: asyncio.Task[None] | None = None
+
+    def refresh(self) -> None:
+        """The readers show the state as it is now at their next look (hide, unhide, swap)."""
+        if self.pool is not None:
+            self.pool.refresh_now()
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self._warm is not None:
-            self._warm.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._warm
+        for task in (self._warm, self._pool_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.pool is not None:
+            await self.pool.close()
         if self._server is not None:
             self._server.close()
             conns = set(self._shared.open) if self._shared is not None else set()
@@ -483,8 +551,24 @@ class WebHandle:
             await self._server.wait_closed()
 
 
-async def start_web(settings: WebSettings, ports: WebPorts, *, observe: Observe | None = None) -> WebHandle:
-    """Serve the API and the pages on ``settings.listen`` in the running loop.
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """The socket every reader accepts on (the daemon holds it, and never accepts on it)."""
+    info = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family = info[0][0]
+    sock = socket.create_server((host, port), family=family, backlog=1024)
+    sock.setblocking(False)
+    return sock
+
+
+async def start_web(
+    settings: WebSettings,
+    ports: WebPorts,
+    *,
+    observe: Observe | None = None,
+    forked: Callable[[float], None] | None = None,
+) -> WebHandle:
+    """Serve the API and the pages on ``settings.listen``: from forked readers when
+    ``settings.readers`` > 0 (arenad/web/readers.py), else in the running loop.
 
     Returns with the server listening (``address`` has the port when ``listen`` asked for port
     0). With ``listen = "off"`` nothing listens and ``close()`` does nothing.
@@ -494,16 +578,54 @@ async def start_web(settings: WebSettings, ports: WebPorts, *, observe: Observe 
         return WebHandle(app, None)
     loop = asyncio.get_running_loop()
     trusted = tuple(ipaddress.ip_network(n, strict=False) for n in settings.trusted_proxies)
-    shared = _Shared(app, settings, trusted, observe, ports.engine_behind)
     host, port = parse_hostport(settings.listen)
-    server = await loop.create_server(lambda: _HttpConnection(shared), host, port)
-    sock = server.sockets[0].getsockname()
+    server: asyncio.Server | None = None
+    shared: _Shared | None = None
+    pool: ReaderPool | None = None
+    if settings.readers > 0 and fork_supported():
+        # One budget per client across every reader and generation (readers.SharedBuckets).
+        app.buckets = SharedBuckets(settings.rate_limit, settings.burst, settings.max_clients)
+        listener = _listening_socket(host, port)
+        sock = listener.getsockname()
+
+        def serve(
+            lsock: socket.socket, control: socket.socket, inbox: socket.socket, parent: int
+        ) -> NoReturn:
+            serve_reader(
+                app,
+                settings,
+                trusted,
+                ports.after_fork,
+                listener=lsock,
+                control=control,
+                inbox=inbox,
+                parent=parent,
+            )
+
+        pool = ReaderPool(
+            settings.readers,
+            settings.refresh,
+            listener,
+            serve,
+            observe,
+            version=lambda: (ports.version(), app.reader.index_progress()),
+            urgent=ports.urgent,
+            fork_guard=ports.fork_guard,
+            before_fork=app.snapshot_taken,
+            forked=forked,
+            index_wanted=app.reader.want_index,
+        )
+    else:
+        shared = _Shared(app, settings, trusted, observe, ports.engine_behind)
+        server = await loop.create_server(lambda: _HttpConnection(shared), host, port)
+        sock = server.sockets[0].getsockname()
     address = f"[{sock[0]}]:{sock[1]}" if ":" in str(sock[0]) else f"{sock[0]}:{sock[1]}"
-    log.info("web_listening", address=address)
+    log.info("web_listening", address=address, readers=settings.readers if pool is not None else 0)
 
     async def warm() -> None:
         # The search index is built a step per loop turn, so the first search need not wait
-        # and no step holds the loop for long; then new names are added once a second.
+        # and no step holds the loop for long; then new names are added once a second. With
+        # readers it is built here all the same, and each fork inherits it as it stands.
         while True:
             try:
                 done = app.reader.warm()
@@ -513,4 +635,145 @@ async def start_web(settings: WebSettings, ports: WebPorts, *, observe: Observe 
             await asyncio.sleep(_WARM_INTERVAL if done else 0)
 
     task = loop.create_task(warm(), name="web-name-index")
-    return WebHandle(app, address, server, shared, task)
+    handle = WebHandle(app, address, server, shared, task, pool=pool)
+    if pool is not None:
+        handle._pool_task = loop.create_task(pool.run(), name="web-readers")
+    return handle
+
+
+# ---------------------------------------------------------------------------- in a reader
+def serve_reader(
+    app: WebApp,
+    settings: WebSettings,
+    trusted: tuple[Any, ...],
+    after_fork: Callable[[], None],
+    *,
+    listener: socket.socket,
+    control: socket.socket,
+    inbox: socket.socket,
+    parent: int,
+) -> NoReturn:
+    """A forked reader's whole life: answer on ``listener`` from this snapshot until retired."""
+    code = 0
+    link = ReaderLink(control, inbox)
+    try:
+        detach_from_daemon({listener.fileno(), control.fileno(), inbox.fileno()}, parent)
+        structlog.configure(logger_factory=lambda *_a: ParentLogger(control))
+        after_fork()
+        app.snapshot_at = time.time()
+        app.reader.index_wanted = link.index_wanted
+        loop = new_loop()
+        shared = _Shared(app, settings, trusted, link.observe, lambda: False)
+        loop.run_until_complete(_reader_main(shared, listener, link))
+    except BaseException as e:  # whatever ends a reader, the daemon hears of it
+        code = 1
+        with contextlib.suppress(Exception):
+            log.error("web_reader_failed", error=repr(e))
+    finally:
+        with contextlib.suppress(Exception):
+            link.flush()
+    os._exit(code)
+
+
+async def _reader_main(shared: _Shared, listener: socket.socket, link: ReaderLink) -> None:
+    loop = asyncio.get_running_loop()
+    control, inbox = link.control, link.inbox
+    for s in (listener, control, inbox):
+        s.setblocking(False)
+    server = await loop.create_server(lambda: _HttpConnection(shared), sock=listener, backlog=1024)
+    retire: asyncio.Future[socket.socket | None] = loop.create_future()
+
+    def on_control() -> None:
+        try:
+            msg, fds, _, _ = socket.recv_fds(control, 256, 1)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            msg, fds = b"", []
+        if retire.done():
+            for fd in fds:
+                os.close(fd)
+            return
+        if msg == b"retire" and fds:
+            retire.set_result(socket.socket(fileno=fds[0]))
+        elif not msg:  # the daemon is gone
+            loop.remove_reader(control.fileno())
+            retire.set_result(None)
+
+    async def adopt(fd: int, idle_left: float) -> None:
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        try:
+            _, proto = await loop.connect_accepted_socket(lambda: _HttpConnection(shared), sock)
+        except OSError:
+            sock.close()
+            return
+        proto.adopt(idle_left)
+
+    adopting: set[asyncio.Task[None]] = set()
+
+    def on_inbox() -> None:
+        while True:
+            try:
+                msg, fds, _, _ = socket.recv_fds(inbox, _INBOX_MAX, 1)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                msg, fds = b"", []
+            if not msg:
+                loop.remove_reader(inbox.fileno())
+                return
+            try:
+                body = msgpack.unpackb(msg)
+            except Exception:
+                body = {}
+            if "conn" in body and fds:
+                task = loop.create_task(adopt(fds[0], float(body["conn"])))
+                adopting.add(task)
+                task.add_done_callback(adopting.discard)
+                fds = fds[1:]
+            for fd in fds:
+                os.close(fd)
+
+    loop.add_reader(control.fileno(), on_control)
+    loop.add_reader(inbox.fileno(), on_inbox)
+
+    async def flusher() -> None:
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL)
+            link.flush()
+
+    flush = loop.create_task(flusher())
+    successor = await retire
+    server.close()  # no more accepts here; the newer reader accepts on its own copy
+    await _hand_over(shared, successor)
+    flush.cancel()
+    link.flush()
+
+
+async def _hand_over(shared: _Shared, successor: socket.socket | None) -> None:
+    """Move every connection to ``successor`` as it goes idle; what has not gone idle within
+    ``idle_timeout`` is closed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + shared.settings.idle_timeout + _CLOSE_TIMEOUT
+    while shared.open and loop.time() < deadline:
+        for conn in list(shared.open):
+            if successor is None:
+                conn.close()
+            elif conn.idle():
+                got = conn.detach()
+                if got is None:
+                    conn.close()
+                    continue
+                fd, left = got
+                try:
+                    socket.send_fds(successor, [msgpack.packb({"conn": left})], [fd])
+                except OSError:
+                    pass  # the successor is gone: the client sees this connection close
+                finally:
+                    os.close(fd)
+        await asyncio.sleep(HANDOVER_POLL)
+    for conn in list(shared.open):
+        conn.close()
+    if successor is not None:
+        successor.close()

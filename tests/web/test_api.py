@@ -284,7 +284,7 @@ class TestFailures:
             raise RuntimeError("secret detail")
 
         ports = WebPorts(scopes=lambda: world.scopes, status=broken, history=None)
-        srv = ServerThread(ports, WebSettings(listen="127.0.0.1:0", rate_limit=0.0))
+        srv = ServerThread(ports, WebSettings(listen="127.0.0.1:0", rate_limit=0.0, readers=0))
         try:
             assert srv.handle.address is not None
             c = Client(srv.handle.address)

@@ -63,6 +63,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
         d.send_events(events)
         # Every kill rated or filtered by the cooldown (§2.1): the engine has taken them all.
         d.wait_for(lambda s: s["applied"] + s["filtered"] == len(events) == s["journal_seq"])
+        # The web answers from forked snapshots ([web] readers): within [web] refresh of the engine.
+        wait_until(lambda: get(d, "/api/v1/status")[1]["journal_seq"] == len(events), "the web caught up", 30)
         yield d
     finally:
         d.stop()
@@ -117,6 +119,10 @@ def test_a_hidden_player_disappears_everywhere_but_still_counts(daemon: DaemonPr
 def test_requests_are_counted_by_route_and_status(daemon: DaemonProcess) -> None:
     get(daemon, "/api/v1/players/p3")
     get(daemon, "/api/v1/players/nobody")
+    # A reader reports its answers to the daemon every 0.1 s (arenad/web/readers.py).
+    wait_until(
+        lambda: daemon.series("arenad_web_requests_total", "status").get("404", 0) >= 1, "the 404 counted", 10
+    )
     counts = daemon.series("arenad_web_requests_total", "status")
     assert counts.get("200", 0) >= 1 and counts.get("404", 0) >= 1
     assert sum(daemon.series("arenad_web_request_seconds_count", "route").values()) >= 2

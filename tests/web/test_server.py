@@ -84,7 +84,7 @@ class TestLifecycle:
             off = await start_web(WebSettings(listen="off"), ports)
             assert off.address is None
             await off.close()
-            on = await start_web(WebSettings(listen="127.0.0.1:0"), ports)
+            on = await start_web(WebSettings(listen="127.0.0.1:0", readers=0), ports)
             assert on.address is not None
             host, _, port = on.address.rpartition(":")
             await on.close()
@@ -105,7 +105,7 @@ class TestObserve:
     def test_route_labels(self, world: World) -> None:
         seen: list[tuple[str, int, float]] = []
         ports = WebPorts(scopes=lambda: world.scopes, status=dict)
-        settings = WebSettings(listen="127.0.0.1:0", rate_limit=0.0)
+        settings = WebSettings(listen="127.0.0.1:0", rate_limit=0.0, readers=0)
         srv = ServerThread(ports, settings, observe=lambda *a: seen.append(a))
         try:
             assert srv.handle.address is not None

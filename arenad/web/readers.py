@@ -1,0 +1,457 @@
+"""Web readers: the API and the pages answered by forked snapshots of the daemon, off its loop.
+
+Why (docs/web.md "Readers"): on the engine's loop every HTTP answer is loop time the engine
+does not get, so under ingest the web keeps to ``[web] loop_share`` and requests queue behind
+the engine (client p99 16-23 ms at 2,000 requests/s and 50k events/s, 1M players). A reader is
+a ``fork()`` of the daemon taken between engine slices: its copy of the ladders, the scopes and
+the rating history is consistent for free (nothing runs between two loop callbacks) and shared
+copy-on-write with the daemon, and it answers on its own loop and core with no lock. It is
+replaced by a newer fork ``[web] refresh`` seconds after the last while the state changes, and
+at the next look (``_LOOK``) after an urgent change (a hide, a recompute's swap); an idle
+ladder is not forked again.
+
+One generation hands over to the next without a client noticing: the parent forks the new
+reader (which starts accepting on the same listening socket at once), then tells the old one to
+retire and gives it the new one's inbox. The old reader stops accepting, answers what it holds,
+and moves every keep-alive connection as a bare fd (``SCM_RIGHTS``) once it is between requests,
+with the rest of its idle deadline; the kernel keeps any bytes the client sent meanwhile in the
+socket for the new reader. What does not move within ``idle_timeout`` (a client trickling a
+head) is closed. The rate-limit buckets live in memory shared by the daemon and every reader
+(``SharedBuckets``), so a client has one budget however many readers answer it. Request figures
+and log lines come back to the daemon over the control socket, so the metrics and the logs are
+the daemon's as before.
+
+What a fork must not inherit, and how it is kept out: the daemon's loop (a new one is made; the
+old epoll instance, shared with the daemon, is never touched), its signal wakeup fd (reset:
+a signal to a reader must not reach the daemon's loop), every other fd (replaced by
+``/dev/null`` so that no socket the daemon closes stays open here, and no stale object can
+close a reused number), locks other threads might hold (no stdio: logs go to the parent;
+SQLite: a fresh read-only connection; the daemon does not fork while a checkpoint thread holds
+the rating history's write lock), and the daemon's lifetime (``PR_SET_PDEATHSIG``: a reader
+dies with it). Linux only (``prctl``, ``SOCK_SEQPACKET``); elsewhere the daemon's loop answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import gc
+import mmap
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import msgpack
+import structlog
+
+from arenad.views import take_token
+
+log = structlog.get_logger("arenad.web")
+
+_PR_SET_PDEATHSIG = 1
+_MSG_MAX = 1 << 16  # bytes of one control message
+FLUSH_INTERVAL = 0.1  # seconds between a reader's reports of its answered requests
+HANDOVER_POLL = 0.005  # seconds between looks for connections that have gone idle
+_LOOK = 0.25  # seconds between looks for an urgent change (a hide reaches the pages this soon)
+_RETRY = 0.05  # seconds until the next try when a fork was due but not safe
+_RESPAWN_SPACING = 1.0  # seconds between forks that replace readers which ended by themselves
+_REAP_TIMEOUT = 2.0  # seconds a stopped reader gets after SIGTERM before SIGKILL
+_PROBES = 8  # slots of the shared rate-limit table a client may be found in
+_LOCK_WAIT = 0.005  # seconds a reader waits for the table's lock before going on without it
+_U64 = (1 << 64) - 1
+
+#: ``observe(route, status, seconds)``, as ``arenad.web.server.Observe``.
+Observe = Callable[[str, int, float], None]
+
+
+def fork_supported() -> bool:
+    return sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(socket, "SOCK_SEQPACKET")
+
+
+def _pair() -> tuple[socket.socket, socket.socket]:
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+
+# ---------------------------------------------------------------------------- the daemon's side
+@dataclass(slots=True)
+class _Reader:
+    pid: int
+    control: socket.socket  # the daemon's end
+    inbox: socket.socket | None  # the daemon's copy of the send end of the reader's inbox
+    forked_at: float
+    retiring: bool = False
+    exited: bool = False
+
+
+@dataclass(slots=True)
+class ReaderFigures:
+    """What the daemon knows of its readers (tests, the log)."""
+
+    forks: int = 0
+    fork_seconds: float = 0.0  # the daemon's loop held by fork() calls, in all
+    last_fork_seconds: float = 0.0
+    respawns: int = 0  # readers that ended without being retired
+    snapshot_at: float = 0.0  # time.time() of the newest reader's fork
+
+
+@dataclass
+class ReaderPool:
+    """Forks and retires the readers; runs on the daemon's loop (``run``).
+
+    ``serve`` is what a reader runs in the child (``server.serve_reader``): it never returns.
+    ``version`` changes whenever what the web shows may have (a new fork is due only then, and
+    ``refresh`` after the last); ``urgent`` changes with what must show at once (privacy: a
+    hide; a recompute's swap), a new fork following within a look (``_LOOK``);
+    ``fork_guard`` is held around the forks and yields False while a worker thread holds what a
+    child could need (the rating history's write lock); ``before_fork`` refreshes what the
+    child should inherit fresh."""
+
+    count: int
+    refresh: float
+    listener: socket.socket
+    serve: Callable[[socket.socket, socket.socket, socket.socket, int], NoReturn]
+    observe: Observe | None = None
+    version: Callable[[], object] = object
+    urgent: Callable[[], object] = lambda: None
+    fork_guard: Callable[[], AbstractContextManager[bool]] = lambda: nullcontext(True)
+    before_fork: Callable[[], None] = lambda: None
+    forked: Callable[[float], None] | None = None  # seconds the loop was held by one fork
+    index_wanted: Callable[[str], None] | None = None  # a reader's search found this scope unindexed
+    figures: ReaderFigures = field(default_factory=ReaderFigures)
+    _slots: list[_Reader | None] = field(default_factory=list)
+    _retired: list[_Reader] = field(default_factory=list)
+    _version: object = None
+    _urgent: object = None
+    _forced: bool = False
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _closed: bool = False
+    _last_fork: float = -1e9
+
+    def __post_init__(self) -> None:
+        self._slots = [None] * self.count
+
+    def refresh_now(self) -> None:
+        """Fork a new generation now, whatever its age."""
+        self._forced = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Keep ``count`` readers no older than ``refresh`` behind a changing state, and none
+        behind an ``urgent`` change (a hide, a recompute's swap) by more than a look."""
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            self._reap()
+            now = time.monotonic()
+            missing = any(r is None or r.exited for r in self._slots)
+            wait = min(self.refresh, _LOOK)
+            if missing and now - self._last_fork < _RESPAWN_SPACING:
+                wait = _RESPAWN_SPACING - (now - self._last_fork)  # a reader that fails at once
+            elif missing or self._due(now):
+                with self.fork_guard() as safe:
+                    if safe:
+                        self._generation(loop)
+                    else:
+                        wait = _RETRY  # a checkpoint is writing the rating history: soon
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=wait)
+
+    def _due(self, now: float) -> bool:
+        if self._forced or self.urgent() != self._urgent:
+            return True
+        old = all(r is not None and now - r.forked_at >= self.refresh for r in self._slots)
+        return old and self.version() != self._version
+
+    def _generation(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            self.before_fork()
+        except Exception as e:  # what the fork inherits is a little staler; it forks all the same
+            log.error("web_reader_before_fork_failed", error=repr(e))
+        self._last_fork = time.monotonic()
+        self._forced = False
+        self._urgent = self.urgent()
+        self._version = self.version()
+        for k, old in enumerate(self._slots):
+            new = self._fork(loop)
+            if new is None:
+                return
+            self._slots[k] = new
+            if old is None:
+                continue
+            if old.exited:
+                self.figures.respawns += 1
+                continue
+            old.retiring = True
+            self._retired.append(old)
+            try:
+                assert new.inbox is not None
+                socket.send_fds(old.control, [b"retire"], [new.inbox.fileno()])
+            except OSError:
+                self._kill(old)
+        for r in self._slots:  # the inbox's send end lives on only in the reader it was sent to
+            if r is not None and r.inbox is not None:
+                r.inbox.close()
+                r.inbox = None
+        self.figures.snapshot_at = time.time()
+
+    def _fork(self, loop: asyncio.AbstractEventLoop) -> _Reader | None:
+        control, control_child = _pair()
+        inbox_recv, inbox_send = _pair()
+        parent = os.getpid()
+        started = time.perf_counter()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            log.error("web_reader_fork_failed", error=str(e))
+            for s in (control, control_child, inbox_recv, inbox_send):
+                s.close()
+            return None
+        if pid == 0:  # the reader: never returns
+            try:
+                self.serve(self.listener, control_child, inbox_recv, parent)
+            finally:
+                os._exit(70)
+        spent = time.perf_counter() - started
+        f = self.figures
+        f.forks += 1
+        f.fork_seconds += spent
+        f.last_fork_seconds = spent
+        if self.forked is not None:
+            self.forked(spent)
+        control_child.close()
+        inbox_recv.close()
+        control.setblocking(False)
+        reader = _Reader(pid, control, inbox_send, time.monotonic())
+        loop.add_reader(control.fileno(), self._on_message, reader)
+        return reader
+
+    def _on_message(self, reader: _Reader) -> None:
+        while True:
+            try:
+                data = reader.control.recv(_MSG_MAX)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:  # the reader has ended
+                self._ended(reader)
+                return
+            try:
+                msg = msgpack.unpackb(data)
+            except Exception:
+                continue
+            if "obs" in msg and self.observe is not None:
+                for route, status, seconds in msg["obs"]:
+                    self.observe(route, status, seconds)
+            if "index" in msg and self.index_wanted is not None:
+                self.index_wanted(str(msg["index"]))
+            if "log" in msg:
+                line = str(msg["log"])
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(line if line.endswith("\n") else line + "\n")
+                    sys.stderr.flush()
+
+    def _ended(self, reader: _Reader) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.get_running_loop().remove_reader(reader.control.fileno())
+        reader.control.close()
+        reader.exited = True
+        if not reader.retiring and not self._closed:
+            log.warning("web_reader_ended", pid=abs(reader.pid))
+            self._wake.set()  # replace it at once
+        self._reap()
+
+    def _reap(self) -> None:
+        for r in [*self._retired, *(s for s in self._slots if s is not None)]:
+            if r.pid <= 0:
+                continue
+            try:
+                pid, _ = os.waitpid(r.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid = r.pid
+            if pid:
+                r.pid = -r.pid
+                r.exited = True
+        self._retired = [r for r in self._retired if r.pid > 0]
+
+    def _kill(self, reader: _Reader) -> None:
+        if reader.pid > 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(reader.pid, signal.SIGTERM)
+
+    async def close(self) -> None:
+        """Stop every reader (SIGTERM; SIGKILL after ``_REAP_TIMEOUT``) and wait for them."""
+        self._closed = True
+        self._wake.set()
+        everyone = [*self._retired, *(s for s in self._slots if s is not None)]
+        for r in everyone:
+            self._kill(r)
+        deadline = time.monotonic() + _REAP_TIMEOUT
+        while True:
+            self._reap()
+            alive = [r for r in everyone if r.pid > 0]
+            if not alive:
+                break
+            if time.monotonic() >= deadline:
+                for r in alive:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(r.pid, signal.SIGKILL)
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(r.pid, 0)
+                    r.pid = -r.pid
+                break
+            await asyncio.sleep(0.01)
+        loop = asyncio.get_running_loop()
+        for r in everyone:
+            if not r.exited:
+                with contextlib.suppress(Exception):
+                    loop.remove_reader(r.control.fileno())
+                r.control.close()
+            if r.inbox is not None:
+                r.inbox.close()
+        self.listener.close()
+
+    def alive(self) -> list[int]:
+        """The pids of the readers still running."""
+        self._reap()
+        return [r.pid for r in [*self._retired, *(s for s in self._slots if s is not None)] if r.pid > 0]
+
+
+# ---------------------------------------------------------------------------- shared by all
+class SharedBuckets:
+    """The per-client token buckets of every reader, in memory shared with all of them.
+
+    Readers are separate processes, so ``ClientBuckets`` in each would give a client the rate
+    once per reader (and afresh at every generation). This table is mapped by the daemon before
+    its first fork and inherited by every reader it forks, so one client has one bucket however
+    many readers answer it and however often they are replaced. Open addressing on the client's
+    hash (the same in every fork: the hash secret is inherited): ``_PROBES`` slots, a client not
+    found taking an empty one or else the least recently used of them (it starts full again, as
+    a client ``ClientBuckets`` forgot). The lock is held for a few microseconds; a reader killed
+    while holding it must not stop the others, so a wait past ``_LOCK_WAIT`` goes on without it
+    (at worst one bucket's update is lost: a request more or less for that client).
+    """
+
+    def __init__(self, rate: float, burst: int, max_clients: int) -> None:
+        self.rate = rate
+        self.burst = float(burst)
+        n = 1 << max(4, (2 * max_clients - 1).bit_length())
+        self._mask = n - 1
+        self._map = mmap.mmap(-1, 24 * n)  # MAP_SHARED | MAP_ANONYMOUS: kept across fork
+        view = memoryview(self._map)
+        self._key = view[: 8 * n].cast("Q")  # 0: empty
+        self._tokens = view[8 * n : 16 * n].cast("d")
+        self._last = view[16 * n :].cast("d")
+        self._lock = multiprocessing.get_context("fork").Lock()
+
+    def take(self, client: str, now: float) -> float:
+        """0.0 if the request may go, else the seconds until the client has a token."""
+        h = (hash(client) & _U64) | 1
+        keys, tokens, last, mask = self._key, self._tokens, self._last, self._mask
+        locked = self._lock.acquire(timeout=_LOCK_WAIT)
+        try:
+            start = h & mask
+            slot = -1
+            for k in range(_PROBES):
+                j = (start + k) & mask
+                key = keys[j]
+                if key == h:
+                    slot = j
+                    break
+                if key == 0:
+                    keys[j], tokens[j], last[j] = h, self.burst, now
+                    slot = j
+                    break
+            if slot < 0:  # all taken: the least recently used of them starts again
+                slot = min(((start + k) & mask for k in range(_PROBES)), key=lambda j: last[j])
+                keys[slot], tokens[slot], last[slot] = h, self.burst, now
+            tokens[slot], last[slot], wait = take_token(tokens[slot], last[slot], now, self.rate, self.burst)
+            return wait
+        finally:
+            if locked:
+                self._lock.release()
+
+
+# ---------------------------------------------------------------------------- the reader's side
+class ParentLogger:
+    """A structlog logger whose lines go to the daemon over the control socket (a reader has no
+    stdio of its own: its locks may be held by a thread of the daemon that was not forked)."""
+
+    def __init__(self, control: socket.socket) -> None:
+        self._control = control
+
+    def msg(self, message: str) -> None:
+        with contextlib.suppress(OSError):
+            self._control.send(msgpack.packb({"log": str(message)[: _MSG_MAX - 64]}))
+
+    log = debug = info = warn = warning = error = err = critical = exception = fatal = failure = msg
+
+
+def detach_from_daemon(keep: set[int], parent: int) -> None:
+    """The first steps of a reader: die with the daemon, leave its signals and fds alone."""
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C reaches the group: the daemon stops us
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the daemon died before the prctl: nobody would stop us
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    keep = keep | {0, 1, 2, devnull}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            with contextlib.suppress(OSError):
+                os.dup2(devnull, fd)
+    # Nothing inherited is collected (its finalizers could touch the daemon's loop or sockets);
+    # a reader lives seconds, and what it allocates per request is freed by reference counts.
+    gc.freeze()
+    gc.disable()
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """A fresh loop for the reader (the daemon's, inherited mid-callback, is left as it is)."""
+    asyncio.events._set_running_loop(None)
+    try:
+        import uvloop  # noqa: PLC0415  # the daemon's loop kind, when it has it
+
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    return loop
+
+
+@dataclass(slots=True)
+class ReaderLink:
+    """A reader's two sockets to the rest: the daemon (control) and its inbox (connections from
+    the reader it replaces)."""
+
+    control: socket.socket
+    inbox: socket.socket
+    pending: list[list[Any]] = field(default_factory=list)  # answered requests not reported yet
+
+    def observe(self, route: str, status: int, seconds: float) -> None:
+        self.pending.append([route, status, seconds])
+        if len(self.pending) >= 1000:
+            self.flush()
+
+    def index_wanted(self, scope: str) -> None:
+        with contextlib.suppress(OSError):
+            self.control.send(msgpack.packb({"index": scope}))
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        batch, self.pending = self.pending, []
+        with contextlib.suppress(OSError):
+            self.control.send(msgpack.packb({"obs": batch}))
