@@ -130,6 +130,8 @@ class _Shared:
     engine_behind: Callable[[], bool] = field(default=lambda: True)
     open: set[_HttpConnection] = field(default_factory=set)
     active: int = 0
+    # In a retiring reader: moves an idle connection to the newer reader (readers.py).
+    handover: Callable[[_HttpConnection], None] | None = None
     # The loop-share budget: seconds spent answering in the current window, and when it ends.
     used: float = 0.0
     window_end: float = 0.0
@@ -314,6 +316,8 @@ class _HttpConnection(asyncio.Protocol):
                 else:
                     if self._eof:
                         self.close()
+                    elif self._shared.handover is not None and self.idle():
+                        self._shared.handover(self)  # a retiring reader: to the newer one, now
                     elif not self._transport.is_reading():
                         self._transport.resume_reading()
                     return
@@ -709,8 +713,11 @@ async def _reader_main(shared: _Shared, listener: socket.socket, link: ReaderLin
             sock.close()
             return
         proto.adopt(idle_left)
+        if shared.handover is not None and proto.idle():  # retiring too: pass it on
+            shared.handover(proto)
 
     adopting: set[asyncio.Task[None]] = set()
+    inbox_done = asyncio.Event()
 
     def on_inbox() -> None:
         while True:
@@ -720,8 +727,9 @@ async def _reader_main(shared: _Shared, listener: socket.socket, link: ReaderLin
                 return
             except OSError:
                 msg, fds = b"", []
-            if not msg:
+            if not msg:  # the reader before us is gone: nothing more will come
                 loop.remove_reader(inbox.fileno())
+                inbox_done.set()
                 return
             try:
                 body = msgpack.unpackb(msg)
@@ -746,32 +754,40 @@ async def _reader_main(shared: _Shared, listener: socket.socket, link: ReaderLin
     flush = loop.create_task(flusher())
     successor = await retire
     server.close()  # no more accepts here; the newer reader accepts on its own copy
-    await _hand_over(shared, successor)
+    await _hand_over(shared, successor, inbox_done)
     flush.cancel()
     link.flush()
 
 
-async def _hand_over(shared: _Shared, successor: socket.socket | None) -> None:
-    """Move every connection to ``successor`` as it goes idle; what has not gone idle within
-    ``idle_timeout`` is closed."""
+async def _hand_over(shared: _Shared, successor: socket.socket | None, inbox_done: asyncio.Event) -> None:
+    """Move every connection to ``successor`` the moment it is idle (``_work`` calls
+    ``handover`` after its last answer; the idle ones now; a poll for the rest); connections the
+    reader before us still sends are passed on as they come, until its end of our inbox closes.
+    What has not gone idle within ``idle_timeout`` is closed."""
     loop = asyncio.get_running_loop()
+
+    def send(conn: _HttpConnection) -> None:
+        got = conn.detach()
+        if got is None:
+            conn.close()
+            return
+        fd, left = got
+        try:
+            if successor is not None:
+                socket.send_fds(successor, [msgpack.packb({"conn": left})], [fd])
+        except OSError:
+            pass  # the successor is gone: the client sees this connection close
+        finally:
+            os.close(fd)
+
+    shared.handover = send
     deadline = loop.time() + shared.settings.idle_timeout + _CLOSE_TIMEOUT
-    while shared.open and loop.time() < deadline:
+    while (shared.open or not inbox_done.is_set()) and loop.time() < deadline:
         for conn in list(shared.open):
             if successor is None:
                 conn.close()
             elif conn.idle():
-                got = conn.detach()
-                if got is None:
-                    conn.close()
-                    continue
-                fd, left = got
-                try:
-                    socket.send_fds(successor, [msgpack.packb({"conn": left})], [fd])
-                except OSError:
-                    pass  # the successor is gone: the client sees this connection close
-                finally:
-                    os.close(fd)
+                send(conn)
         await asyncio.sleep(HANDOVER_POLL)
     for conn in list(shared.open):
         conn.close()
