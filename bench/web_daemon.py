@@ -542,6 +542,7 @@ class Phase:
             sender.start()
             time.sleep(lead)  # past the first slices, the queue at its steady depth
             s0, m0, t0 = self.d.stats(), self.d.metrics(), time.monotonic()
+            assert self.d.proc is not None
             c0 = tree_cpu(self.d.proc.pid)
             if load is not None:
                 kind, names, players, rps, conns, only = load

@@ -58,11 +58,17 @@ class TestLadderRows:
         eng.offset = 17.25  # what a recalibration's anchor does to every visible rating
         assert ladder_rows(eng, ids, k) == _reference(eng, ids, k)
 
-    def test_another_ranking_and_no_ids(self) -> None:
+    def test_players_left_out_above_move_a_row_up_and_no_ids(self) -> None:
+        """``above``: the web's hidden players; each rated strictly above a row is one place
+        fewer, by the same rule as ``Public.rank`` (the accessor path, per id)."""
         eng = _engine(3)
         ids = eng.top(30)
-        rows = ladder_rows(eng, ids, DISPLAY_K, rank=lambda i: 1000 + i)
-        assert [r["rank"] for r in rows] == [1000 + i for i in ids]
+        out = [ids[2], ids[7], ids[8]]
+        above = sorted(-eng.mu(i) for i in out)
+        rows = ladder_rows(eng, ids, DISPLAY_K, above)
+        want = [eng.rank(i) - sum(1 for j in out if eng.mu(j) > eng.mu(i)) for i in ids]
+        assert [r["rank"] for r in rows] == want
+        assert want[9] == eng.rank(ids[9]) - 3  # the case that can fail: three above it
         assert ladder_rows(eng, [], DISPLAY_K) == []
 
     def test_a_newcomer_can_join_after_a_read(self) -> None:

@@ -46,6 +46,14 @@ def events(n: int, players: int, seed: int, t0: float) -> list[dict[str, Any]]:
     return out
 
 
+def readers_of(pid: int, n: int = 2) -> set[int]:
+    """The daemon's readers once there are ``n`` of them."""
+    got: set[int] = wait_until(
+        lambda: children(pid) if len(children(pid)) >= n else set(), f"{n} readers", 10
+    )
+    return got
+
+
 def children(pid: int) -> set[int]:
     out = set()
     for entry in Path("/proc").iterdir():
@@ -95,6 +103,19 @@ def get(d: DaemonProcess, path: str) -> tuple[int, Any]:
         conn.close()
 
 
+def caught_up(d: DaemonProcess, seq: int) -> None:
+    """Until the web shows journal position ``seq`` and its name index is complete."""
+
+    def shown() -> bool:
+        return bool(get(d, "/api/v1/status")[1]["journal_seq"] == seq)
+
+    def indexed() -> bool:
+        return get(d, "/api/v1/search?q=r")[0] == 200
+
+    wait_until(shown, "the web caught up", 30)
+    wait_until(indexed, "the name index", 30)
+
+
 def started(tmp: Path, **web: Any) -> DaemonProcess:
     return DaemonProcess(tmp / "state", config=config(tmp, **web)).start()
 
@@ -119,7 +140,12 @@ def test_a_keep_alive_connection_outlives_generations_and_sees_each_new_state(da
     t0 = time.time() - 3600
     for k in range(6):  # a newcomer each round: only a newer snapshot knows them
         daemon.send_events([{"t": t0 + k, "attacker": f"new{k}", "victim": "old", "server": "eu-1"}])
-        wait_until(lambda k=k: request(conn, f"/api/v1/players/new{k}")[0] == 200, f"new{k} seen", 10)
+        path = f"/api/v1/players/new{k}"
+
+        def known(path: str = path) -> bool:
+            return request(conn, path)[0] == 200
+
+        wait_until(known, f"{path} answered", 10)
         assert conn.sock is not None and conn.sock.getsockname() == local  # never reconnected
     assert daemon.metric("arenad_web_reader_forks_total") >= forks_before + 2 * 6
     conn.close()
@@ -196,7 +222,7 @@ def read_response(s: socket.socket) -> bytes:
 def test_readers_hold_none_of_the_daemons_sockets(daemon: DaemonProcess) -> None:
     assert daemon.proc is not None
     pid = daemon.proc.pid
-    readers = wait_until(lambda: children(pid) if len(children(pid)) >= 2 else None, "two readers", 10)
+    readers = readers_of(pid)
     listening = listener_inode(daemon.addr("web")[1])
     mine = socket_inodes(pid)
     assert len(mine) >= 4  # UDP, query, metrics, admin at least: there is something to leak
@@ -209,7 +235,7 @@ def test_readers_die_with_the_daemon_and_free_the_port(tmp_path: Path) -> None:
     d = started(tmp_path, readers=2, refresh=0.2)
     assert d.proc is not None
     pid = d.proc.pid
-    readers = wait_until(lambda: children(pid) if len(children(pid)) >= 2 else None, "two readers", 10)
+    readers = readers_of(pid)
     port = d.addr("web")[1]
     d.kill()  # kill -9: the daemon cannot stop them; PR_SET_PDEATHSIG does
     wait_until(lambda: not any(Path(f"/proc/{r}").exists() for r in readers), "the readers gone", 10)
@@ -221,7 +247,7 @@ def test_readers_die_with_the_daemon_and_free_the_port(tmp_path: Path) -> None:
 def test_a_killed_reader_is_replaced(daemon: DaemonProcess) -> None:
     assert daemon.proc is not None
     pid = daemon.proc.pid
-    readers = wait_until(lambda: children(pid) if len(children(pid)) >= 2 else None, "two readers", 10)
+    readers = readers_of(pid)
     victim = min(readers)
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: len(children(pid) - {victim}) >= 2, "a reader in its place", 10)
@@ -254,10 +280,7 @@ def test_readers_answer_what_the_daemons_loop_answers(tmp_path: Path) -> None:
         try:
             d.send_events(evs)
             d.wait_for(lambda s: s["journal_seq"] == len(evs))
-            wait_until(
-                lambda d=d: get(d, "/api/v1/status")[1]["journal_seq"] == len(evs), "the web caught up", 30
-            )
-            wait_until(lambda d=d: get(d, "/api/v1/search?q=r")[0] == 200, "the name index", 30)
+            caught_up(d, len(evs))
             bodies.append({p: get(d, p) for p in paths})
         finally:
             d.stop()
