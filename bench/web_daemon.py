@@ -53,6 +53,7 @@ import msgpack
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from arenad.web.readers import FLUSH_INTERVAL
 from bench.core import loadavg, machine
 from bench.scale import build_qload, in_fresh_interpreter
 from bench.web import commit
@@ -568,6 +569,9 @@ class Phase:
                 if not receiver.poll(seconds + 3 * IO_TIMEOUT):
                     raise TimeoutError("the load generator did not report")
                 result["load"] = receiver.recv()
+                # The readers report their answers to the daemon every 0.1 s: the last ones
+                # reach its histogram a moment after the load generator has its answers.
+                time.sleep(3 * FLUSH_INTERVAL)
             else:
                 time.sleep(seconds)
             s1, m1, t1 = self.d.stats(), self.d.metrics(), time.monotonic()

@@ -33,6 +33,7 @@ HISTOGRAMS = (
     "arenad_model_update_seconds",
     "arenad_recompute_seconds",
     "arenad_engine_step_events",
+    "arenad_web_reader_fork",  # the readers' forks: a histogram and a plain counter (with _created)
 )
 MODEL_SERIES = (
     "arenad_model_log_loss",
