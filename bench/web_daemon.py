@@ -830,7 +830,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--kinds", default=",".join(HTTP_KINDS), help="comma-separated HTTP request kinds, taken in turn"
     )
-    ap.add_argument("--readers", type=int, default=2, help="[web] readers (forked snapshots); 0: the loop")
+    ap.add_argument("--readers", type=int, default=1, help="[web] readers (forked snapshots); 0: the loop")
     ap.add_argument("--refresh", type=float, default=5.0, help="[web] refresh, seconds")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)

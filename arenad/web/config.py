@@ -46,7 +46,7 @@ class WebSettings(Section):
     loop_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.3
     # Processes answering from forked snapshots of the daemon, off the engine's loop (Linux; 0:
     # the daemon's loop answers, always current, under loop_share). docs/web.md "Readers".
-    readers: Annotated[int, Field(ge=0, le=16)] = 2
+    readers: Annotated[int, Field(ge=0, le=16)] = 1
     # Seconds a reader's snapshot may fall behind a changing state before a newer fork replaces it.
     refresh: Annotated[float, Field(ge=0.05, le=3600.0)] = 5.0
 
