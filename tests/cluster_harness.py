@@ -82,9 +82,11 @@ checkpoint_interval = {checkpoint}
 
 
 def stream_messages(
-    urls: list[str], stream: str, timeout: float = 20.0
+    urls: list[str], stream: str, timeout: float = 45.0
 ) -> list[tuple[str, bytes, dict[str, str]]]:
-    """Every message of ``stream`` in order: (subject, body, headers)."""
+    """Every message of ``stream`` in order: (subject, body, headers). ``timeout`` bounds the
+    whole read; a JetStream request that times out costs 5 s of it, and after a server is
+    stopped the leaders' election took over 20 s on a loaded 2-core machine."""
 
     async def read() -> list[tuple[str, bytes, dict[str, str]]]:
         nc = await nats.connect(servers=urls, connect_timeout=5)

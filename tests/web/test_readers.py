@@ -227,6 +227,7 @@ def test_readers_hold_none_of_the_daemons_sockets(daemon: DaemonProcess) -> None
     mine = socket_inodes(pid)
     assert len(mine) >= 4  # UDP, query, metrics, admin at least: there is something to leak
     for r in readers:
+        assert Path(f"/proc/{r}/comm").read_text().strip() == "arenad-reader"  # ps tells them apart
         shared = socket_inodes(r) & mine
         assert shared <= {listening}, f"reader {r} holds the daemon's sockets {shared}"
 
