@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from arenad import __version__
 from arenad.core.params import TIER_NAMES
 from arenad.daemon.live import LiveState
+from arenad.daemon.ratinghistory import FORK_GATE, RatingHistory
 from arenad.daemon.ratinghistory import HistoryReader as RatingReader
-from arenad.daemon.ratinghistory import RatingHistory
 from arenad.gates import is_bot
 from arenad.scopes import ScopeSet
 from arenad.web.port import HistoryPoint, Session, WebPorts
@@ -156,20 +156,17 @@ def web_ports(
         sc = state.scopes
         return (id(sc), len(sc.hidden), hash(frozenset(sc.hidden)))
 
-    @contextmanager
-    def fork_guard() -> Iterator[bool]:
-        # A checkpoint thread inside SQLite at the fork would leave its locks (and SQLite's own
-        # per-process lock table) held in the child: fork only while the write lock is free,
-        # and keep it until the fork is done.
+    def fork_guard() -> AbstractContextManager[bool]:
+        # A worker thread inside SQLite at the fork would leave its mutexes and SQLite's
+        # per-process lock table held in the child: fork only while none is (ForkGate).
+        return FORK_GATE.quiet()
+
+    def shared_files() -> tuple[str, ...]:
+        # The history's database files stay open in a reader, not /dev/null: SQLite's table of
+        # open files (inherited) keeps their locks on these fds, the reader's included.
         if ratings is None:
-            yield True
-            return
-        got = ratings.lock.acquire(blocking=False)
-        try:
-            yield got
-        finally:
-            if got:
-                ratings.lock.release()
+            return ()
+        return tuple(f"{ratings.path}{suffix}" for suffix in ("", "-wal", "-shm"))
 
     def after_fork() -> None:
         if reader is not None:
@@ -185,4 +182,5 @@ def web_ports(
         urgent=urgent,
         fork_guard=fork_guard,
         after_fork=after_fork,
+        shared_files=shared_files,
     )

@@ -121,3 +121,4 @@ class WebPorts:
     urgent: Callable[[], object] = _nothing
     fork_guard: Callable[[], AbstractContextManager[bool]] = _no_guard
     after_fork: Callable[[], None] = _nothing
+    shared_files: Callable[[], Sequence[str]] = tuple  # paths whose fds a reader keeps open

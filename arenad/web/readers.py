@@ -38,13 +38,12 @@ import contextlib
 import ctypes
 import gc
 import mmap
-import multiprocessing
 import os
 import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -66,7 +65,6 @@ _RETRY = 0.05  # seconds until the next try when a fork was due but not safe
 _RESPAWN_SPACING = 1.0  # seconds between forks that replace readers which ended by themselves
 _REAP_TIMEOUT = 2.0  # seconds a stopped reader gets after SIGTERM before SIGKILL
 _PROBES = 8  # slots of the shared rate-limit table a client may be found in
-_LOCK_WAIT = 0.005  # seconds a reader waits for the table's lock before going on without it
 _U64 = (1 << 64) - 1
 
 #: ``observe(route, status, seconds)``, as ``arenad.web.server.Observe``.
@@ -89,6 +87,7 @@ class _Reader:
     inbox: socket.socket | None  # the daemon's copy of the send end of the reader's inbox
     forked_at: float
     retiring: bool = False
+    retired_at: float = 0.0
     exited: bool = False
 
 
@@ -126,6 +125,7 @@ class ReaderPool:
     before_fork: Callable[[], None] = lambda: None
     forked: Callable[[float], None] | None = None  # seconds the loop was held by one fork
     index_wanted: Callable[[str], None] | None = None  # a reader's search found this scope unindexed
+    retire_limit: float = 30.0  # seconds a retired reader may take to exit (idle_timeout + margin)
     figures: ReaderFigures = field(default_factory=ReaderFigures)
     _slots: list[_Reader | None] = field(default_factory=list)
     _retired: list[_Reader] = field(default_factory=list)
@@ -155,12 +155,18 @@ class ReaderPool:
             wait = min(self.refresh, _LOOK)
             if missing and now - self._last_fork < _RESPAWN_SPACING:
                 wait = _RESPAWN_SPACING - (now - self._last_fork)  # a reader that fails at once
-            elif missing or self._due(now):
-                with self.fork_guard() as safe:
-                    if safe:
-                        self._generation(loop)
-                    else:
-                        wait = _RETRY  # a checkpoint is writing the rating history: soon
+            else:
+                try:
+                    if missing or self._due(now):
+                        with self.fork_guard() as safe:
+                            if safe:
+                                self._generation(loop)
+                            else:
+                                wait = _RETRY  # a worker thread is inside SQLite: soon
+                    self._stop_overdue(now)
+                except Exception as e:  # this task must outlive any one failure: later forks
+                    log.error("web_readers_failed", error=repr(e))
+                    wait = _RESPAWN_SPACING
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=wait)
@@ -177,12 +183,11 @@ class ReaderPool:
         except Exception as e:  # what the fork inherits is a little staler; it forks all the same
             log.error("web_reader_before_fork_failed", error=repr(e))
         self._last_fork = time.monotonic()
-        self._forced = False
-        self._urgent = self.urgent()
-        self._version = self.version()
+        urgent, version = self.urgent(), self.version()
         for k, old in enumerate(self._slots):
             new = self._fork(loop)
-            if new is None:
+            if new is None:  # fork failed: this generation is not done, the next look retries
+                self._close_inboxes()
                 return
             self._slots[k] = new
             if old is None:
@@ -191,17 +196,33 @@ class ReaderPool:
                 self.figures.respawns += 1
                 continue
             old.retiring = True
+            old.retired_at = time.monotonic()
             self._retired.append(old)
             try:
                 assert new.inbox is not None
                 socket.send_fds(old.control, [b"retire"], [new.inbox.fileno()])
             except OSError:
                 self._kill(old)
+        self._close_inboxes()
+        self._forced = False
+        self._urgent, self._version = urgent, version
+        self.figures.snapshot_at = time.time()
+
+    def _close_inboxes(self) -> None:
         for r in self._slots:  # the inbox's send end lives on only in the reader it was sent to
             if r is not None and r.inbox is not None:
                 r.inbox.close()
                 r.inbox = None
-        self.figures.snapshot_at = time.time()
+
+    def _stop_overdue(self, now: float) -> None:
+        """A retired reader has ``retire_limit`` seconds to hand over and exit; then SIGKILL (a
+        reader stuck for any reason must not serve an old snapshot, or hold memory, for ever)."""
+        for r in self._retired:
+            if r.pid > 0 and r.retired_at and now - r.retired_at > self.retire_limit:
+                log.warning("web_reader_killed", pid=r.pid, reason="did not exit after retiring")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(r.pid, signal.SIGKILL)
+                r.retired_at = 0.0
 
     def _fork(self, loop: asyncio.AbstractEventLoop) -> _Reader | None:
         control, control_child = _pair()
@@ -336,9 +357,11 @@ class SharedBuckets:
     many readers answer it and however often they are replaced. Open addressing on the client's
     hash (the same in every fork: the hash secret is inherited): ``_PROBES`` slots, a client not
     found taking an empty one or else the least recently used of them (it starts full again, as
-    a client ``ClientBuckets`` forgot). The lock is held for a few microseconds; a reader killed
-    while holding it must not stop the others, so a wait past ``_LOCK_WAIT`` goes on without it
-    (at worst one bucket's update is lost: a request more or less for that client).
+    a client ``ClientBuckets`` forgot). No lock, on purpose: a reader killed while holding one
+    would stall every later reader on it. Each value is an aligned 8-byte word (written whole);
+    two readers updating one client's bucket at the same microsecond can lose one update (one
+    request more for that client), and two newcomers racing for one empty slot can leave one of
+    them a fresh bucket at its next request.
     """
 
     def __init__(self, rate: float, burst: int, max_clients: int) -> None:
@@ -351,34 +374,29 @@ class SharedBuckets:
         self._key = view[: 8 * n].cast("Q")  # 0: empty
         self._tokens = view[8 * n : 16 * n].cast("d")
         self._last = view[16 * n :].cast("d")
-        self._lock = multiprocessing.get_context("fork").Lock()
 
     def take(self, client: str, now: float) -> float:
         """0.0 if the request may go, else the seconds until the client has a token."""
-        h = (hash(client) & _U64) | 1
+        h = hash(client) & _U64
+        key = h | 1  # never 0, the empty slot's mark
         keys, tokens, last, mask = self._key, self._tokens, self._last, self._mask
-        locked = self._lock.acquire(timeout=_LOCK_WAIT)
-        try:
-            start = h & mask
-            slot = -1
-            for k in range(_PROBES):
-                j = (start + k) & mask
-                key = keys[j]
-                if key == h:
-                    slot = j
-                    break
-                if key == 0:
-                    keys[j], tokens[j], last[j] = h, self.burst, now
-                    slot = j
-                    break
-            if slot < 0:  # all taken: the least recently used of them starts again
-                slot = min(((start + k) & mask for k in range(_PROBES)), key=lambda j: last[j])
-                keys[slot], tokens[slot], last[slot] = h, self.burst, now
-            tokens[slot], last[slot], wait = take_token(tokens[slot], last[slot], now, self.rate, self.burst)
-            return wait
-        finally:
-            if locked:
-                self._lock.release()
+        start = (h >> 1) & mask
+        slot = -1
+        for k in range(_PROBES):
+            j = (start + k) & mask
+            got = keys[j]
+            if got == key:
+                slot = j
+                break
+            if got == 0:
+                keys[j], tokens[j], last[j] = key, self.burst, now
+                slot = j
+                break
+        if slot < 0:  # all taken: the least recently used of them starts again
+            slot = min(((start + k) & mask for k in range(_PROBES)), key=lambda j: last[j])
+            keys[slot], tokens[slot], last[slot] = key, self.burst, now
+        tokens[slot], last[slot], wait = take_token(tokens[slot], last[slot], now, self.rate, self.burst)
+        return wait
 
 
 # ---------------------------------------------------------------------------- the reader's side
@@ -394,6 +412,18 @@ class ParentLogger:
             self._control.send(msgpack.packb({"log": str(message)[: _MSG_MAX - 64]}))
 
     log = debug = info = warn = warning = error = err = critical = exception = fatal = failure = msg
+
+
+def fds_of(paths: Sequence[str]) -> set[int]:
+    """The fds open on ``paths`` (a reader keeps them: SQLite's inherited table of open files
+    holds its locks through them)."""
+    want = {os.path.realpath(p) for p in paths}
+    out = set()
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{name}") in want:
+                out.add(int(name))
+    return out
 
 
 def detach_from_daemon(keep: set[int], parent: int) -> None:

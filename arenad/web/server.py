@@ -32,7 +32,7 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from http import HTTPStatus
@@ -54,6 +54,7 @@ from arenad.web.readers import (
     ReaderPool,
     SharedBuckets,
     detach_from_daemon,
+    fds_of,
     fork_supported,
     new_loop,
 )
@@ -604,6 +605,7 @@ async def start_web(
                 control=control,
                 inbox=inbox,
                 parent=parent,
+                shared_files=ports.shared_files(),
             )
 
         pool = ReaderPool(
@@ -618,6 +620,7 @@ async def start_web(
             before_fork=app.snapshot_taken,
             forked=forked,
             index_wanted=app.reader.want_index,
+            retire_limit=settings.idle_timeout + 15.0,
         )
     else:
         shared = _Shared(app, settings, trusted, observe, ports.engine_behind)
@@ -656,12 +659,14 @@ def serve_reader(
     control: socket.socket,
     inbox: socket.socket,
     parent: int,
+    shared_files: Sequence[str] = (),
 ) -> NoReturn:
     """A forked reader's whole life: answer on ``listener`` from this snapshot until retired."""
     code = 0
     link = ReaderLink(control, inbox)
     try:
-        detach_from_daemon({listener.fileno(), control.fileno(), inbox.fileno()}, parent)
+        keep = {listener.fileno(), control.fileno(), inbox.fileno(), *fds_of(shared_files)}
+        detach_from_daemon(keep, parent)
         structlog.configure(logger_factory=lambda *_a: ParentLogger(control))
         after_fork()
         app.snapshot_at = time.time()
@@ -753,13 +758,23 @@ async def _reader_main(shared: _Shared, listener: socket.socket, link: ReaderLin
 
     flush = loop.create_task(flusher())
     successor = await retire
+    loop.remove_reader(control.fileno())  # nothing more to hear: an EOF now must not spin here
     server.close()  # no more accepts here; the newer reader accepts on its own copy
-    await _hand_over(shared, successor, inbox_done)
+    for _ in range(3):  # connections accepted in the same turn reach connection_made first
+        await asyncio.sleep(0)
+    if successor is not None:
+        successor.settimeout(1.0)  # a successor that stopped reading must not hang us too
+    await _hand_over(shared, successor, inbox_done, adopting)
     flush.cancel()
     link.flush()
 
 
-async def _hand_over(shared: _Shared, successor: socket.socket | None, inbox_done: asyncio.Event) -> None:
+async def _hand_over(
+    shared: _Shared,
+    successor: socket.socket | None,
+    inbox_done: asyncio.Event,
+    adopting: set[asyncio.Task[None]],
+) -> None:
     """Move every connection to ``successor`` the moment it is idle (``_work`` calls
     ``handover`` after its last answer; the idle ones now; a poll for the rest); connections the
     reader before us still sends are passed on as they come, until its end of our inbox closes.
@@ -782,7 +797,7 @@ async def _hand_over(shared: _Shared, successor: socket.socket | None, inbox_don
 
     shared.handover = send
     deadline = loop.time() + shared.settings.idle_timeout + _CLOSE_TIMEOUT
-    while (shared.open or not inbox_done.is_set()) and loop.time() < deadline:
+    while (shared.open or adopting or not inbox_done.is_set()) and loop.time() < deadline:
         for conn in list(shared.open):
             if successor is None:
                 conn.close()

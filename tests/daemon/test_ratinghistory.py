@@ -9,13 +9,14 @@ import asyncio
 import contextlib
 import random
 import sqlite3
+import threading
 from dataclasses import astuple
 from pathlib import Path
 
 import pytest
 from rooms import Rooms, build
 
-from arenad.daemon.ratinghistory import FILE, HistoryReader
+from arenad.daemon.ratinghistory import FILE, ForkGate, HistoryReader
 from arenad.daemon.state import JournalRecord
 from arenad.settings import Settings
 
@@ -270,3 +271,35 @@ class TestReaderCache:
             reader.close()
         finally:
             r.close()
+
+
+def test_the_fork_gate_is_quiet_only_while_no_thread_is_inside_sqlite() -> None:
+    """The web's readers fork under ``ForkGate.quiet`` (docs/web.md "Readers"): never while a
+    thread is inside SQLite, and no thread enters while a fork holds it."""
+    gate = ForkGate()
+    with gate.quiet() as ok:
+        assert ok
+    entered, leave = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        with gate.inside():
+            entered.set()
+            leave.wait(5)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert entered.wait(5)
+    with gate.quiet() as ok:
+        assert not ok  # a thread is inside: no fork now
+    leave.set()
+    t.join(5)
+    with gate.quiet() as ok:
+        assert ok
+        blocked = threading.Thread(target=worker)
+        entered.clear()
+        leave.clear()
+        blocked.start()
+        assert not entered.wait(0.2)  # held while the fork runs: the thread waits at the door
+    assert entered.wait(5)  # and goes in once the fork is done
+    leave.set()
+    blocked.join(5)
