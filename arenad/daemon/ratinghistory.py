@@ -332,8 +332,8 @@ class HistoryReader:
 
     def forked(self) -> None:
         """In a forked web reader: read through a connection of its own. The inherited one is
-        kept, never used or closed (SQLite connections must not cross a fork; its fd is the
-        reader's /dev/null by now, arenad/web/readers.py)."""
+        kept, never used or closed (a SQLite connection must not cross a fork; closing it in the
+        reader would touch the lock table it shares with the new one, arenad/web/readers.py)."""
         if self._db is not None:
             self._inherited.append(self._db)
             self._db = None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 from arenad import __version__
@@ -154,12 +153,7 @@ def web_ports(
     def urgent() -> object:
         # Privacy first: who is hidden must reach the pages at once, not a refresh later.
         sc = state.scopes
-        return (id(sc), len(sc.hidden), hash(frozenset(sc.hidden)))
-
-    def fork_guard() -> AbstractContextManager[bool]:
-        # A worker thread inside SQLite at the fork would leave its mutexes and SQLite's
-        # per-process lock table held in the child: fork only while none is (ForkGate).
-        return FORK_GATE.quiet()
+        return (id(sc), frozenset(sc.hidden))
 
     def shared_files() -> tuple[str, ...]:
         # The history's database files stay open in a reader, not /dev/null: SQLite's table of
@@ -180,7 +174,9 @@ def web_ports(
         engine_behind=engine_behind,
         version=version,
         urgent=urgent,
-        fork_guard=fork_guard,
+        # A worker thread inside SQLite at the fork would leave its mutexes and SQLite's
+        # per-process lock table held in the child: fork only while none is (ForkGate).
+        fork_guard=FORK_GATE.quiet,
         after_fork=after_fork,
         shared_files=shared_files,
     )

@@ -114,11 +114,11 @@ class WebPorts:
     # For forked readers (arenad/web/readers.py): ``version`` changes whenever what the web
     # shows may have (a new fork is due only then); ``urgent`` with what must show at once (who
     # is hidden, a recompute's swap: forked at the next look); ``fork_guard`` is held around
-    # the fork and yields True when a fork is safe (no worker thread inside SQLite: the rating
-    # history's write lock, taken); ``after_fork`` reopens in the fork what must not be shared
-    # (the rating history's connection).
+    # the fork and yields True when a fork is safe (no worker thread inside SQLite);
+    # ``after_fork`` reopens in the fork what must not be shared (the rating history's
+    # connection); ``shared_files``: paths whose fds a reader keeps open (the history's files).
     version: Callable[[], object] = _always_new
     urgent: Callable[[], object] = _nothing
     fork_guard: Callable[[], AbstractContextManager[bool]] = _no_guard
     after_fork: Callable[[], None] = _nothing
-    shared_files: Callable[[], Sequence[str]] = tuple  # paths whose fds a reader keeps open
+    shared_files: Callable[[], Sequence[str]] = tuple

@@ -25,10 +25,12 @@ What a fork must not inherit, and how it is kept out: the daemon's loop (a new o
 old epoll instance, shared with the daemon, is never touched), its signal wakeup fd (reset:
 a signal to a reader must not reach the daemon's loop), every other fd (replaced by
 ``/dev/null`` so that no socket the daemon closes stays open here, and no stale object can
-close a reused number), locks other threads might hold (no stdio: logs go to the parent;
-SQLite: a fresh read-only connection; the daemon does not fork while a checkpoint thread holds
-the rating history's write lock), and the daemon's lifetime (``PR_SET_PDEATHSIG``: a reader
-dies with it). Linux only (``prctl``, ``SOCK_SEQPACKET``); elsewhere the daemon's loop answers.
+close a reused number; the rating history's database files excepted, which SQLite's inherited
+table of open files locks through), locks other threads might hold (no stdio: logs go to the
+parent; SQLite: the daemon forks only while no thread is inside it, ``ratinghistory.ForkGate``,
+and the reader reads through a connection of its own), and the daemon's lifetime
+(``PR_SET_PDEATHSIG``: a reader dies with it). Linux only (``prctl``, ``SOCK_SEQPACKET``);
+elsewhere the daemon's loop answers.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ log = structlog.get_logger("arenad.web")
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
-_MSG_MAX = 1 << 16  # bytes of one control message
+MSG_MAX = 1 << 16  # bytes of one control or inbox message
 FLUSH_INTERVAL = 0.1  # seconds between a reader's reports of its answered requests
 HANDOVER_POLL = 0.005  # seconds between looks for connections that have gone idle
 _LOOK = 0.25  # seconds between looks for an urgent change (a hide reaches the pages this soon)
@@ -91,17 +93,6 @@ class _Reader:
     exited: bool = False
 
 
-@dataclass(slots=True)
-class ReaderFigures:
-    """What the daemon knows of its readers (tests, the log)."""
-
-    forks: int = 0
-    fork_seconds: float = 0.0  # the daemon's loop held by fork() calls, in all
-    last_fork_seconds: float = 0.0
-    respawns: int = 0  # readers that ended without being retired
-    snapshot_at: float = 0.0  # time.time() of the newest reader's fork
-
-
 @dataclass
 class ReaderPool:
     """Forks and retires the readers; runs on the daemon's loop (``run``).
@@ -110,9 +101,9 @@ class ReaderPool:
     ``version`` changes whenever what the web shows may have (a new fork is due only then, and
     ``refresh`` after the last); ``urgent`` changes with what must show at once (privacy: a
     hide; a recompute's swap), a new fork following within a look (``_LOOK``);
-    ``fork_guard`` is held around the forks and yields False while a worker thread holds what a
-    child could need (the rating history's write lock); ``before_fork`` refreshes what the
-    child should inherit fresh."""
+    ``fork_guard`` is held around the forks and yields False while a worker thread is where a
+    child must not find it (inside SQLite: ``ForkGate.quiet``); ``before_fork`` refreshes what
+    the child should inherit fresh."""
 
     count: int
     refresh: float
@@ -126,23 +117,16 @@ class ReaderPool:
     forked: Callable[[float], None] | None = None  # seconds the loop was held by one fork
     index_wanted: Callable[[str], None] | None = None  # a reader's search found this scope unindexed
     retire_limit: float = 30.0  # seconds a retired reader may take to exit (idle_timeout + margin)
-    figures: ReaderFigures = field(default_factory=ReaderFigures)
     _slots: list[_Reader | None] = field(default_factory=list)
     _retired: list[_Reader] = field(default_factory=list)
     _version: object = None
     _urgent: object = None
-    _forced: bool = False
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _closed: bool = False
     _last_fork: float = -1e9
 
     def __post_init__(self) -> None:
         self._slots = [None] * self.count
-
-    def refresh_now(self) -> None:
-        """Fork a new generation now, whatever its age."""
-        self._forced = True
-        self._wake.set()
 
     async def run(self) -> None:
         """Keep ``count`` readers no older than ``refresh`` behind a changing state, and none
@@ -172,7 +156,7 @@ class ReaderPool:
                 await asyncio.wait_for(self._wake.wait(), timeout=wait)
 
     def _due(self, now: float) -> bool:
-        if self._forced or self.urgent() != self._urgent:
+        if self.urgent() != self._urgent:
             return True
         old = all(r is not None and now - r.forked_at >= self.refresh for r in self._slots)
         return old and self.version() != self._version
@@ -193,7 +177,6 @@ class ReaderPool:
             if old is None:
                 continue
             if old.exited:
-                self.figures.respawns += 1
                 continue
             old.retiring = True
             old.retired_at = time.monotonic()
@@ -204,9 +187,7 @@ class ReaderPool:
             except OSError:
                 self._kill(old)
         self._close_inboxes()
-        self._forced = False
         self._urgent, self._version = urgent, version
-        self.figures.snapshot_at = time.time()
 
     def _close_inboxes(self) -> None:
         for r in self._slots:  # the inbox's send end lives on only in the reader it was sent to
@@ -241,13 +222,8 @@ class ReaderPool:
                 self.serve(self.listener, control_child, inbox_recv, parent)
             finally:
                 os._exit(70)
-        spent = time.perf_counter() - started
-        f = self.figures
-        f.forks += 1
-        f.fork_seconds += spent
-        f.last_fork_seconds = spent
         if self.forked is not None:
-            self.forked(spent)
+            self.forked(time.perf_counter() - started)
         control_child.close()
         inbox_recv.close()
         control.setblocking(False)
@@ -258,7 +234,7 @@ class ReaderPool:
     def _on_message(self, reader: _Reader) -> None:
         while True:
             try:
-                data = reader.control.recv(_MSG_MAX)
+                data = reader.control.recv(MSG_MAX)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -341,11 +317,6 @@ class ReaderPool:
                 r.inbox.close()
         self.listener.close()
 
-    def alive(self) -> list[int]:
-        """The pids of the readers still running."""
-        self._reap()
-        return [r.pid for r in [*self._retired, *(s for s in self._slots if s is not None)] if r.pid > 0]
-
 
 # ---------------------------------------------------------------------------- shared by all
 class SharedBuckets:
@@ -409,7 +380,7 @@ class ParentLogger:
 
     def msg(self, message: str) -> None:
         with contextlib.suppress(OSError):
-            self._control.send(msgpack.packb({"log": str(message)[: _MSG_MAX - 64]}))
+            self._control.send(msgpack.packb({"log": str(message)[: MSG_MAX - 64]}))
 
     log = debug = info = warn = warning = error = err = critical = exception = fatal = failure = msg
 

@@ -49,6 +49,7 @@ from arenad.web.port import WebPorts
 from arenad.web.readers import (
     FLUSH_INTERVAL,
     HANDOVER_POLL,
+    MSG_MAX,
     ParentLogger,
     ReaderLink,
     ReaderPool,
@@ -71,7 +72,6 @@ _CLOSE_TIMEOUT = 1.0  # seconds to flush on close before the transport is aborte
 # sends. Closing at once with unread bytes makes the kernel answer with a reset, which can reach
 # the client before it has read the error (RFC 9112 §9.6, "lingering close").
 _LINGER = 1.0
-_INBOX_MAX = 1 << 16  # bytes of one message from the reader replaced
 _WARM_INTERVAL = 1.0  # seconds between name-index updates once it is complete
 
 
@@ -530,11 +530,6 @@ class WebHandle:
     pool: ReaderPool | None = None  # the forked readers, when [web] readers > 0
     _pool_task: asyncio.Task[None] | None = None
 
-    def refresh(self) -> None:
-        """The readers show the state as it is now at their next look (hide, unhide, swap)."""
-        if self.pool is not None:
-            self.pool.refresh_now()
-
     async def close(self) -> None:
         if self._closed:
             return
@@ -727,7 +722,7 @@ async def _reader_main(shared: _Shared, listener: socket.socket, link: ReaderLin
     def on_inbox() -> None:
         while True:
             try:
-                msg, fds, _, _ = socket.recv_fds(inbox, _INBOX_MAX, 1)
+                msg, fds, _, _ = socket.recv_fds(inbox, MSG_MAX, 1)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
