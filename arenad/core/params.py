@@ -46,10 +46,10 @@ class ADRParams:
     sigma0: float = 350.0
     sigma_min: float = 10.0
     sigma_max: float = 400.0
-    gamma: float = 100.0
+    gamma: float = 150.0  # paper §9: 100 (docs/adr.md "Newcomers faster, veterans slower")
     # §8.1 peak-shaped base learning rate (replaces the K_sigma form of §4.1)
     sigma_peak: float = 250.0  # paper §9: 200 (docs/adr.md "Defaults by measurement")
-    eta_min: float = 4.0
+    eta_min: float = 0.0  # paper §9: 4 (docs/adr.md "Newcomers faster, veterans slower")
     eta_max: float = 40.0
     # §4.1 rate modifiers
     rho_s: float = 0.0  # paper §9: 0.15 (docs/adr.md "Defaults by measurement")
@@ -411,6 +411,8 @@ _DEFAULTS: dict[str, Any] = {
 #: The paper's §9 values (and its mechanisms alone) for every field whose default arenad chose
 #: by measurement (docs/adr.md "Defaults by measurement"): ``preset = "paper"`` starts from these.
 PAPER: dict[str, Any] = {
+    "gamma": 100.0,
+    "eta_min": 4.0,
     "sigma_peak": 200.0,
     "h_req": 400.0,
     "rho_s": 0.15,

@@ -454,8 +454,8 @@ _ok("sigma_place", "above-sigma-max", sigma_place=1000.0)
 # eta: 0 <= eta_min <= eta_max
 _bad("eta_min", "must be >= 0", "negative", eta_min=below(0.0))
 _ok("eta_min", "zero", eta_min=0.0)
-_bad("eta_max", "must be >= eta_min", "below-min", eta_max=below(4.0))
-_ok("eta_max", "equal-min", eta_max=4.0)
+_bad("eta_max", "must be >= eta_min", "below-min", eta_min=4.0, eta_max=below(4.0))
+_ok("eta_max", "equal-min", eta_min=4.0, eta_max=4.0)
 # plain lower bounds
 for _k in ("rho_s", "rho_v", "gamma_phi", "lambda_", "sigma_drift", "t_cooldown", "h_req"):
     _bad(toml_key(_k), "must be >= 0", "negative", **{_k: below(0.0)})
@@ -944,7 +944,7 @@ SINGLE_KEY_VALID: dict[str, st.SearchStrategy[Any]] = {
     "gamma": POSITIVE,
     "sigma_peak": POSITIVE,
     "eta_min": num(0.0, 40.0),
-    "eta_max": num(4.0),
+    "eta_max": num(ADRParams().eta_min),  # at least the default eta_min
     "rho_s": NON_NEGATIVE,
     "s_max": st.integers(min_value=0),
     "rho_v": NON_NEGATIVE,
@@ -1010,7 +1010,7 @@ SINGLE_KEY_INVALID: dict[str, st.SearchStrategy[Any]] = {
     "sigma_min": NON_POSITIVE,
     "sigma0": st.one_of(num(None, below(10.0)), num(above(400.0))),
     "eta_min": NEGATIVE,
-    "eta_max": num(None, below(4.0)),
+    "eta_max": num(None, below(ADRParams().eta_min)),
     "s_max": st.integers(max_value=-1),
     "n_min": st.integers(max_value=-1),
     "n_active": st.integers(max_value=0),
