@@ -294,9 +294,8 @@ static PyObject *Ladder_move(LadderObject *self, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
-static PyObject *count(LadderObject *self, PyObject *arg, int at_most) {
-    double key = PyFloat_AsDouble(arg);
-    if (key == -1.0 && PyErr_Occurred()) return NULL;
+/* Entries with key < key (at_most: <= key); -1 with an exception set. */
+static Py_ssize_t count_key(LadderObject *self, double key, int at_most) {
     Py_ssize_t lo = 0, hi = self->nblocks;
     while (lo < hi) {
         Py_ssize_t mid = (lo + hi) >> 1;
@@ -304,9 +303,9 @@ static PyObject *count(LadderObject *self, PyObject *arg, int at_most) {
         if (at_most ? m <= key : m < key) lo = mid + 1;
         else hi = mid;
     }
-    if (lo == self->nblocks) return PyLong_FromSsize_t(self->len);
+    if (lo == self->nblocks) return self->len;
     Py_ssize_t before = before_block(self, lo);
-    if (before < 0) return NULL;
+    if (before < 0) return -1;
     const Block *b = &self->blocks[lo];
     Py_ssize_t l = 0, h = b->len;
     while (l < h) {
@@ -314,7 +313,39 @@ static PyObject *count(LadderObject *self, PyObject *arg, int at_most) {
         if (at_most ? b->keys[mid] <= key : b->keys[mid] < key) l = mid + 1;
         else h = mid;
     }
-    return PyLong_FromSsize_t(before + l);
+    return before + l;
+}
+
+static PyObject *count(LadderObject *self, PyObject *arg, int at_most) {
+    double key = PyFloat_AsDouble(arg);
+    if (key == -1.0 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = count_key(self, key, at_most);
+    return n < 0 ? NULL : PyLong_FromSsize_t(n);
+}
+
+/* ranks(keys): count_below(k) + 1 for each key of a list, in one call (a 256-player batch
+   answer asks for 256 ranks; the per-call overhead was most of their cost). */
+static PyObject *Ladder_ranks(LadderObject *self, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "ranks(keys): keys must be a sequence of floats");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) { Py_DECREF(seq); return NULL; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double key = PyFloat_AsDouble(items[i]);
+        Py_ssize_t c;
+        PyObject *v;
+        if ((key == -1.0 && PyErr_Occurred()) || (c = count_key(self, key, 0)) < 0 ||
+            (v = PyLong_FromSsize_t(c + 1)) == NULL) {
+            Py_DECREF(out);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    Py_DECREF(seq);
+    return out;
 }
 
 static PyObject *Ladder_count_below(LadderObject *self, PyObject *arg) { return count(self, arg, 0); }
@@ -493,6 +524,7 @@ static PyMethodDef Ladder_methods[] = {
     {"remove", (PyCFunction)(void (*)(void))Ladder_remove, METH_FASTCALL, "Remove (key, pid)."},
     {"move", (PyCFunction)(void (*)(void))Ladder_move, METH_FASTCALL, "Re-key pid from old to new."},
     {"count_below", (PyCFunction)Ladder_count_below, METH_O, "Entries with key < key."},
+    {"ranks", (PyCFunction)Ladder_ranks, METH_O, "count_below(k) + 1 for each key of a list."},
     {"count_at_most", (PyCFunction)Ladder_count_at_most, METH_O, "Entries with key <= key."},
     {"index", (PyCFunction)(void (*)(void))Ladder_index, METH_FASTCALL, "Position of (key, pid)."},
     {"islice", (PyCFunction)(void (*)(void))Ladder_islice, METH_FASTCALL, "Ids at start..stop-1."},

@@ -1671,9 +1671,7 @@ class Engine:
         disp = (np.frombuffer(self._disp, dtype=np.float64)[idx] + self.offset).tolist()
         tier = np.frombuffer(self._tier, dtype=np.uint8)[idx].tolist()
         active = np.frombuffer(self._active, dtype=np.uint8)[idx].tolist()
-        count_below = self._index().count_below
-        raw = r.tolist()
-        rank = [count_below(-x) + 1 for x in raw]
+        rank = self._index().ranks((-r).tolist())
         return (r + self.offset).tolist(), sigma, disp, tier, active, rank
 
     def tier_index(self, name: str) -> int:

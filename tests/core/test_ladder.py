@@ -52,6 +52,8 @@ class TestLadderModel:
         for probe in [*model_keys[:5], 0.0, 2e9, -2e9]:
             assert ladder.count_below(probe) == bisect_left(model_keys, probe)
             assert ladder.count_at_most(probe) == bisect_right(model_keys, probe)
+        probes = [*model_keys, 0.0, 2e9, -2e9]
+        assert ladder.ranks(probes) == [bisect_left(model_keys, p) + 1 for p in probes]
         for pos, (key, pid) in enumerate(model):
             assert ladder.index(key, pid) == pos
         assert list(ladder.islice(3, 11)) == [i for _, i in model[3:11]]

@@ -77,6 +77,9 @@ def test_same_operations_same_answers(
     for probe in [*probes, *list(by_id.values())[:5]]:
         assert c.count_below(probe) == py.count_below(probe)
         assert c.count_at_most(probe) == py.count_at_most(probe)
+    batch = [*probes, *by_id.values()]
+    assert c.ranks(batch) == py.ranks(batch) == [py.count_below(k) + 1 for k in batch]
+    assert c.ranks(tuple(batch)) == c.ranks(batch)
     for pid, key in list(by_id.items())[:10]:
         assert c.index(key, pid) == py.index(key, pid)
     n = len(py)
@@ -128,3 +131,13 @@ def test_a_million_entries_in_random_moves_stay_identical() -> None:
     assert [c.count_below(k) for k in (-1500.0, -1000.0, -500.0)] == [
         py.count_below(k) for k in (-1500.0, -1000.0, -500.0)
     ]
+
+
+def test_ranks_refuses_what_is_not_a_list_of_floats() -> None:
+    c = native_ladder()([(1.0, 1), (2.0, 2)])
+    assert c.ranks([]) == []
+    assert c.ranks([0.5, 1.0, 1.5, 9.0]) == [1, 1, 2, 3]
+    with pytest.raises(TypeError):
+        c.ranks(3.0)
+    with pytest.raises(TypeError):
+        c.ranks([1.0, "x"])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from web_harness import MemoryHidden, World, build_world
 
 from arenad.core.engine import Engine
@@ -70,6 +72,26 @@ class TestHidden:
         assert all(row["player"] != name for row in r.search(pub, name[:2], 50)["players"])
         # Balanced as a newcomer, so the answer does not tell a hidden player from an unknown one.
         assert name in r.balance(pub, [name, fresh.players[1]], 2)["unknown"]
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(data=st.data())
+    def test_a_batch_is_each_name_once_in_order(self, fresh: World, data: st.DataObject) -> None:
+        """Against a plain model: every name asked once, in the order asked; known and visible
+        ones as leaderboard rows (the same rows as the ladder shows them), the rest unknown."""
+        eng = fresh.scopes.global_engine
+        pool = [*fresh.players[:12], "never-seen", "ghost-2"]
+        fresh.hidden.names.clear()
+        fresh.hidden.names.update(data.draw(st.sets(st.sampled_from(fresh.players[:12]), max_size=4)))
+        asked = data.draw(st.lists(st.sampled_from(pool), max_size=30))
+        r = reader(fresh)
+        pub = r.public("global")
+        batch = r.batch(pub, asked)
+        once = list(dict.fromkeys(asked))
+        shown = [n for n in once if n in eng.ids and n not in fresh.hidden.names]
+        assert [row["player"] for row in batch["players"]] == shown
+        assert batch["unknown"] == [n for n in once if n not in shown]
+        board = {row["player"]: row for row in r.leaderboard(pub, 0, 500, None, False)["players"]}
+        assert batch["players"] == [board[n] for n in shown]
 
     def test_their_rating_still_counts(self, fresh: World) -> None:
         eng = fresh.scopes.global_engine
