@@ -38,11 +38,12 @@ typedef struct {
     Py_ssize_t ob_exports;
 } ArrayObject;
 
-enum { C_R, C_SIGMA, C_STREAK, C_PHI, C_POOL, C_N, C_LAST, C_WSUM, C_RET, C_H, C_WSLOT, C_WRING, C_ARING, C_DISP, NCOLS };
+enum { C_R, C_SIGMA, C_STREAK, C_PHI, C_POOL, C_N, C_LAST, C_WSUM, C_RET, C_H, C_WSLOT, C_WRING, C_ARING, C_DISP, C_PREY, NCOLS };
 static const char *const col_attr[NCOLS] = {"_r",   "_sigma", "_streak", "_phi",   "_pool",  "_n",    "_last",
-                                            "_wsum", "_ret",   "_h",      "_wslot", "_wring", "_aring", "_disp"};
+                                            "_wsum", "_ret",   "_h",      "_wslot", "_wring", "_aring", "_disp",
+                                            "_prey"};
 /* How the kernel reads each column (checked against Engine.KERNEL_COLUMNS at start-up). */
-static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l', 'd', 'I', 'd', 'd', 'd'};
+static const char col_code[NCOLS] = {'d', 'd', 'q', 'd', 'd', 'q', 'd', 'd', 'l', 'd', 'I', 'd', 'd', 'd', 'q'};
 #define DISPLAY_K 3.0 /* engine.DISPLAY_K */
 
 enum {
@@ -99,7 +100,7 @@ typedef struct {
     double t_return_s, tau_s, drift_s, smax, smin, theta, lam, speak, speak2, eta_min, span;
     double rho_s, rho_v_w, gamma_phi, c_loss, dmax, inv_g2, lp, keep_phi;
     double late_tolerance, t_cooldown, sigma_place, h_req, active_window_s;
-    double cal_keep, cal_warm, cal_mem, grace_s, repeat_w;
+    double cal_keep, cal_warm, cal_mem, grace_s, repeat_w, farm_k;
     int64_t returning_events, wlen, s_max, n_act, n_min, max_players, recal_min_events;
     int corrected, pool_losses, decay_on, logistic, cap_decay, sweep_sigma, display_cap;
     /* The engine's scalars (clock, sums, counters, calibration) while a batch runs (feed_many,
@@ -995,6 +996,21 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
                    (1.0 + self->rho_v_w * (nb ? wsum[b] / (double)(nb < wlen ? nb : wlen) : 0.0)) * self->c_loss;
     double phi_b = phi[b];
     if (phi_b > 0.0) eta_b *= 1.0 + self->gamma_phi * phi_b;
+    /* Farming past the cooldown (Engine._apply_py, docs/adr.md): the run of this attacker's
+     * counted kills on this victim damps both sides; the victim killing back ends its run. */
+    int64_t *prey = icol(col[C_PREY]);
+    int64_t run = 0;
+    if ((prey[a] >> 16) == (int64_t)b + 1) {
+        run = (prey[a] & 0xFFFF) + 1;
+        if (run > 0xFFFF) run = 0xFFFF;
+    }
+    prey[a] = (((int64_t)b + 1) << 16) | run;
+    if ((prey[b] >> 16) == (int64_t)a + 1) prey[b] = 0;
+    if (run && self->farm_k != 0.0) {
+        double damp = 1.0 / (1.0 + (double)run / self->farm_k);
+        eta_a *= damp;
+        eta_b *= damp;
+    }
 
     /* Step 6: §4.2 raw change, §8.2/§8.3 pooling (Python), §8.4 cap, §4.2 clip. */
     double da = eta_a * surprise;
@@ -1230,7 +1246,8 @@ static const struct {
     KC(logistic, KC_BOOL),         KC(cal_keep, KC_DOUBLE),      KC(cal_warm, KC_DOUBLE),
     KC(cal_mem, KC_DOUBLE),        KC(grace_s, KC_DOUBLE),
     KC(cap_decay, KC_BOOL),        KC(sweep_sigma, KC_BOOL),     KC(repeat_w, KC_DOUBLE),
-    KC(display_cap, KC_BOOL),      KC(late_tolerance, KC_DOUBLE), KC(t_cooldown, KC_DOUBLE),
+    KC(display_cap, KC_BOOL),      KC(farm_k, KC_DOUBLE),        KC(late_tolerance, KC_DOUBLE),
+    KC(t_cooldown, KC_DOUBLE),
     KC(sigma_place, KC_DOUBLE),    KC(h_req, KC_DOUBLE),         KC(max_players, KC_INT),
     KC(recal_min_events, KC_INT),  KC(active_window_s, KC_DOUBLE),
 };

@@ -272,6 +272,7 @@ def kernel_constants(p: ADRParams) -> dict[str, Any]:
         "sweep_sigma": p.sweep_sigma,
         "repeat_w": p.repeat_weight,
         "display_cap": p.display_cap,
+        "farm_k": p.farm_damping,
         # read by the kernel only
         "late_tolerance": p.late_tolerance,
         "t_cooldown": p.t_cooldown,
@@ -332,6 +333,7 @@ class Engine:
         "_neg_bounds",
         "_phi",
         "_pool",
+        "_prey",
         "_qn",
         "_qring",
         "_r",
@@ -377,7 +379,7 @@ class Engine:
     KERNEL_COLUMNS: ClassVar[dict[str, str]] = {
         "_r": "d", "_sigma": "d", "_streak": "q", "_phi": "d", "_pool": "d", "_n": "q",
         "_last": "d", "_wsum": "d", "_ret": "l", "_h": "d", "_wslot": "I", "_wring": "d",
-        "_aring": "d", "_disp": "d",
+        "_aring": "d", "_disp": "d", "_prey": "q",
     }  # fmt: skip
     #: ... and the other attributes it reads or sets in place (its constants are ``_kc``).
     KERNEL_ATTRIBUTES: ClassVar[tuple[str, ...]] = (
@@ -399,6 +401,10 @@ class Engine:
         self._r = array("d")
         self._sigma = array("d")
         self._streak = array("q")
+        # Each attacker's last counted victim and the run of kills on it ("farm_damping"):
+        # (victim id + 1) << 16 | run (run saturating at 0xFFFF), 0 for none. One column, so a
+        # player costs 8 bytes more, not 16.
+        self._prey = array("q")
         self._phi = array("d")
         self._pool = array("d")
         self._n = array("q")
@@ -514,6 +520,7 @@ class Engine:
         self._r.append(r0)
         self._sigma.append(p.sigma0)
         self._streak.append(0)
+        self._prey.append(0)
         self._phi.append(0.0)
         self._pool.append(0.0)
         self._n.append(0)
@@ -658,7 +665,7 @@ class Engine:
             eta_min, span, wlen, rho_s, s_max, rho_v_w, gamma_phi, c_loss, corrected, pool_losses,
             dmax, inv_g2, lp, keep_phi, n_act, n_min, decay_on,
             logistic, cal_keep, _cal_warm, _cal_mem, grace_s, cap_decay, sweep_sigma, _repeat_w,
-            display_cap,
+            display_cap, farm_k,
             _late_tolerance, _t_cooldown, _sigma_place, _h_req, _max_players, _recal_min_events,
             _active_window_s,
         ) = self._k  # fmt: skip
@@ -758,6 +765,21 @@ class Engine:
         phi_b = phi[b]
         if phi_b > 0.0:
             eta_b *= 1.0 + gamma_phi * phi_b
+        # Farming past the cooldown (docs/adr.md): the run of this attacker's counted kills on
+        # this victim, and its damping of both sides; the victim killing back ends its own run.
+        prey = self._prey
+        run = 0
+        if prey[a] >> 16 == b + 1:
+            run = (prey[a] & 0xFFFF) + 1
+            if run > 0xFFFF:
+                run = 0xFFFF
+        prey[a] = ((b + 1) << 16) | run
+        if prey[b] >> 16 == a + 1:
+            prey[b] = 0
+        if run and farm_k != 0.0:
+            damp = 1.0 / (1.0 + run / farm_k)
+            eta_a *= damp
+            eta_b *= damp
 
         # Step 6: §4.2 raw change (victim: the corrected rule unless configured "printed"),
         # §8.2/§8.3 for returning players and draining pools, §8.4 cap, §4.2 clip.
@@ -1908,9 +1930,11 @@ class Engine:
         eng.ids = {name: i for i, name in enumerate(names)}
         for name, attr in _COLUMNS.items():
             col = getattr(eng, attr)
-            if name == "disp" and name not in state["columns"]:
-                continue  # a state from before the display column: filled in below
+            if name in ("disp", "prey") and name not in state["columns"]:
+                continue  # a state from before the display or prey column: filled in below
             col.frombytes(state["columns"][name])
+        if "prey" not in state["columns"]:
+            eng._prey = array("q", bytes(8 * len(names)))  # no runs: every next kill a first
         if "disp" not in state["columns"]:
             eng._disp = array("d", (r - DISPLAY_K * s for r, s in zip(eng._r, eng._sigma, strict=True)))
         eng._tier = bytearray(state["tier"])
@@ -1993,6 +2017,7 @@ _COLUMNS: dict[str, str] = {
     "ret": "_ret",
     "h": "_h",
     "disp": "_disp",
+    "prey": "_prey",
     "wslot": "_wslot",
     "wring": "_wring",
     "aring": "_aring",

@@ -159,6 +159,11 @@ class ADRParams:
     #: §2.1 repeats inside the cooldown: 0 = dropped (the paper); w > 0 = learnt at weight
     #: w * (time since the pair's last counted kill) / t_cooldown.
     repeat_weight: float = 0.0
+    #: Counted kills of the same victim in a row (§2.1 extended past the cooldown): the k-th
+    #: repeat of an attacker's last victim learns at 1 / (1 + k / farm_damping), both sides of
+    #: the pair; a kill of anyone else, or the victim killing back, ends the run. 0 = every
+    #: counted kill at full weight (the paper). docs/adr.md "Farming past the cooldown".
+    farm_damping: float = 10.0
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -283,6 +288,7 @@ class ADRParams:
         need(v.decay_grace >= 0, "decay_grace", "must be >= 0 (days)")
         need(0 <= v.placement_weight <= 1, "placement_weight", "must lie in [0, 1] (0: kills only)")
         need(0 <= v.repeat_weight <= 1, "repeat_weight", "must lie in [0, 1] (0: the paper's filter)")
+        need(v.farm_damping >= 0, "farm_damping", "must be >= 0 (0: no damping, the paper)")
         need(
             2 <= v.max_players <= PLAYER_ID_LIMIT,
             "max_players",
@@ -430,4 +436,5 @@ PAPER: dict[str, Any] = {
     "display_cap": False,
     "placement_weight": 0.0,
     "repeat_weight": 0.0,
+    "farm_damping": 0.0,
 }

@@ -68,6 +68,10 @@ MECHANISM_SETS: list[dict[str, Any]] = [
     {**PARAM_SETS[4], "calibration_memory": 8.0, "calibration_start": 0.5},
     # a memory of one kill: nothing kept (1 - 1/1 = 0), and still a step at every kill
     {**PARAM_SETS[3], "calibration_memory": 1.0, "calibration_warmup": 0.0},
+    # farming past the cooldown: strong damping, off, and damping under the paper's rules
+    {**PARAM_SETS[1], "farm_damping": 0.5},
+    {**PARAM_SETS[2], "farm_damping": 0.0},
+    {**PARAM_SETS[3], "link": "arctan", "farm_damping": 1e-3, "rho_s": 0.15, "gamma_phi": 0.3},
 ]
 ALL_SETS = PARAM_SETS + PAPER_SETS + MECHANISM_SETS
 ALL_IDS = (
@@ -545,3 +549,46 @@ def test_newcomers_join_in_c_as_add_player_adds_them(deferred: bool) -> None:
     assert native._tier == py._tier and native._active == py._active
     assert list(native._index()) == list(py._index())
     assert_same(native, py)
+
+
+@needs_kernel
+@pytest.mark.parametrize("damping", [10.0, 0.25, 0.0])
+def test_a_farmer_is_damped_alike(damping: float) -> None:
+    """One attacker kills the same victim 600 times just past the cooldown amid other kills (runs
+    that grow, end when the victim kills back or the attacker kills someone else, and start
+    again): the C kernel and the Python path damp alike, bit for bit."""
+    rng = random.Random(11)
+    params = ADRParams(farm_damping=damping)
+    native = Engine(params, native=True)
+    py = Engine(params, native=False)
+    t = 1_700_000_000.0
+    gains = []
+    for k in range(3_000):
+        t += 15.0
+        if k % 5 == 0:
+            a, b = "farmer", "prey" if rng.random() > 0.05 else f"p{rng.randrange(20)}"
+        elif k % 97 == 0:
+            a, b = "prey", "farmer"
+        else:
+            a, b = f"p{rng.randrange(20)}", f"p{rng.randrange(20)}"
+        assert native.feed(a, b, t) is py.feed(a, b, t)
+        assert native.last_delta_attacker == py.last_delta_attacker
+        if a == "farmer" and b == "prey":
+            gains.append(py.last_delta_attacker)
+    assert_same(native, py)
+    assert len(gains) > 500
+    run = py._prey[py.ids["farmer"]] & 0xFFFF
+    assert (run > 0) == (py._prey[py.ids["farmer"]] >> 16 == py.ids["prey"] + 1)
+
+
+@needs_kernel
+def test_a_saturated_run_stays_saturated() -> None:
+    params = ADRParams()
+    engines = [Engine(params, native=True), Engine(params, native=False)]
+    for eng in engines:
+        eng.feed("a", "b", 1_700_000_000.0)
+        a, b = eng.ids["a"], eng.ids["b"]
+        eng._prey[a] = ((b + 1) << 16) | 0xFFFF
+        eng.feed("a", "b", 1_700_000_100.0)
+        assert eng._prey[a] == ((b + 1) << 16) | 0xFFFF
+    assert_same(*engines)
