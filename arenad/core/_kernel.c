@@ -997,7 +997,8 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
     double phi_b = phi[b];
     if (phi_b > 0.0) eta_b *= 1.0 + self->gamma_phi * phi_b;
     /* Farming past the cooldown (Engine._apply_py, docs/adr.md): the run of this attacker's
-     * counted kills on this victim damps both sides; the victim killing back ends its run. */
+     * counted kills on this victim damps both sides, as much as the kill was expected; the
+     * victim killing back ends its run. */
     int64_t *prey = icol(col[C_PREY]);
     int64_t run = 0;
     if ((prey[a] >> 16) == (int64_t)b + 1) {
@@ -1007,7 +1008,7 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
     prey[a] = (((int64_t)b + 1) << 16) | run;
     if ((prey[b] >> 16) == (int64_t)a + 1) prey[b] = 0;
     if (run && self->farm_k != 0.0) {
-        double damp = 1.0 / (1.0 + (double)run / self->farm_k);
+        double damp = surprise + p_ab / (1.0 + (double)run / self->farm_k);
         eta_a *= damp;
         eta_b *= damp;
     }

@@ -777,7 +777,9 @@ class Engine:
         if prey[b] >> 16 == a + 1:
             prey[b] = 0
         if run and farm_k != 0.0:
-            damp = 1.0 / (1.0 + run / farm_k)
+            # Damped in proportion to how expected the kill was: a run of upsets (a returning
+            # player beating a favourite again and again, §10.6) is evidence, not a farm.
+            damp = surprise + p_ab / (1.0 + run / farm_k)
             eta_a *= damp
             eta_b *= damp
 

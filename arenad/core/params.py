@@ -160,9 +160,10 @@ class ADRParams:
     #: w * (time since the pair's last counted kill) / t_cooldown.
     repeat_weight: float = 0.0
     #: Counted kills of the same victim in a row (§2.1 extended past the cooldown): the k-th
-    #: repeat of an attacker's last victim learns at 1 / (1 + k / farm_damping), both sides of
-    #: the pair; a kill of anyone else, or the victim killing back, ends the run. 0 = every
-    #: counted kill at full weight (the paper). docs/adr.md "Farming past the cooldown".
+    #: repeat of an attacker's last victim learns at (1 - P) + P / (1 + k / farm_damping), both
+    #: sides of the pair, P the kill's probability (an expected kill is damped, an upset is
+    #: not); a kill of anyone else, or the victim killing back, ends the run. 0 = every counted
+    #: kill at full weight (the paper). docs/adr.md "Farming past the cooldown".
     farm_damping: float = 10.0
 
     def __post_init__(self) -> None:

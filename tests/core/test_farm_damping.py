@@ -1,6 +1,6 @@
 """Farming past the cooldown (``[adr] farm_damping``, docs/adr.md): the k-th counted kill in a row
-of one attacker on one victim learns at 1 / (1 + k / farm_damping), and the run ends when the
-attacker kills someone else or the victim kills back."""
+of one attacker on one victim learns at (1 - P) + P / (1 + k / farm_damping), P the kill's
+probability, and the run ends when the attacker kills someone else or the victim kills back."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ class TestTheRun:
     @settings(max_examples=80, deadline=None)
     @given(damping=st.floats(0.05, 1000.0), repeats=st.integers(1, 6))
     def test_each_repeat_is_damped_by_its_place_in_the_run(self, damping: float, repeats: int) -> None:
-        """A run alone (no other kill): the first kill is learnt in full, the k-th repeat at
-        1 / (1 + k / damping) of what the same kill from the same state would learn undamped."""
+        """A run alone (no other kill): the first kill is learnt in full; the k-th repeat, against
+        the same kill from the same state undamped, by one weight on both sides, between the
+        full damping 1 / (1 + k / damping) of a certain kill and none."""
         kills = [("farmer", "prey")] * (repeats + 1)
         damped, got = deltas(damping, kills)
         # The undamped reference, from the damped engine's own state before each kill.
@@ -38,11 +39,29 @@ class TestTheRun:
         for k in range(1, repeats + 1):
             ref = Engine.from_state(deltas(damping, kills[:k])[0].export_state(), ADRParams(farm_damping=0.0))
             ref.feed("farmer", "prey", T0 + k * GAP)
-            w = 1.0 / (1.0 + k / damping)
-            assert got[k][0] == pytest.approx(ref.last_delta_attacker * w, rel=1e-9, abs=1e-12)
-            assert got[k][1] == pytest.approx(ref.last_delta_victim * w, rel=1e-9, abs=1e-12)
-            assert abs(got[k][0]) < abs(ref.last_delta_attacker)
+            w = got[k][0] / ref.last_delta_attacker
+            assert got[k][1] / ref.last_delta_victim == pytest.approx(w, rel=1e-9)
+            assert 1.0 / (1.0 + k / damping) < w < 1.0
         assert damped._prey[damped.ids["farmer"]] & 0xFFFF == repeats
+
+    @pytest.mark.parametrize(("farmer", "prey", "lo", "hi"), [(2500.0, 500.0, 0.0, 0.02), (500.0, 2500.0, 0.98, 1.0)])
+    def test_an_expected_kill_is_damped_and_an_upset_is_not(
+        self, farmer: float, prey: float, lo: float, hi: float
+    ) -> None:
+        """A favourite's run is damped almost fully (P near 1), an underdog's run of upsets (the
+        §10.6 returning player) hardly at all (P near 0): the weight is (1 - P) + P / (1 + k/K)."""
+        damping = 10.0
+        out = []
+        for d in (damping, 0.0):
+            eng = Engine(ADRParams(farm_damping=d))
+            eng.seed_player("farmer", mu=farmer, sigma=40.0, n=200, last_t=T0)
+            eng.seed_player("prey", mu=prey, sigma=40.0, n=200, last_t=T0)
+            for k in range(6):
+                eng.feed("farmer", "prey", T0 + (k + 1) * GAP)
+            out.append(eng.last_delta_attacker)
+        full = 1.0 / (1.0 + 5 / damping)
+        w = out[0] / out[1]  # approximately: the states before the sixth kill differ a little
+        assert lo <= (w - full) / (1.0 - full) <= hi
 
     @pytest.mark.parametrize(
         "kills",
@@ -76,7 +95,7 @@ class TestTheRun:
         off = Engine.from_state(eng.export_state(), ADRParams(farm_damping=0.0))
         on.feed("farmer", "prey", T0 + 5 * GAP)
         off.feed("farmer", "prey", T0 + 5 * GAP)
-        assert on.last_delta_attacker == pytest.approx(off.last_delta_attacker / 1.5, rel=1e-9)
+        assert off.last_delta_attacker / 1.5 < on.last_delta_attacker < off.last_delta_attacker
 
 
 class TestState:

@@ -37,7 +37,7 @@ class TestADR:
     """ADR is seeded through its engine; its visible rating never moves by more than delta_max at a kill."""
 
     def test_bounded_steady_rise(self) -> None:
-        result = returning_toy(ADRModel())
+        result = returning_toy(ADRModel(ADRParams(farm_damping=0.0)))
         assert result is not None
         assert result.seeding == "adr"
         assert (result.initial, result.opponent) == (1000.0, 2000.0)
@@ -47,6 +47,15 @@ class TestADR:
         assert 500 < result.increase < 1000
         # §8.2/§8.3 damp the first kill against the full-size updates that follow the returning phase.
         assert steps[0] < 0.5 * max(steps)
+
+    def test_fifty_upsets_in_a_row_are_not_a_farm(self) -> None:
+        """The 50 kills are one run on one victim, but upsets: farm_damping weighs a repeat by
+        how expected it was, so the returning player rises nearly as far as undamped."""
+        damped = returning_toy(ADRModel())
+        plain = returning_toy(ADRModel(ADRParams(farm_damping=0.0)))
+        assert damped is not None and plain is not None
+        assert ADRParams().farm_damping > 0
+        assert 0.9 * plain.increase < damped.increase < plain.increase
 
     def test_the_opponent_cannot_be_held(self) -> None:
         assert returning_toy(ADRModel(), fixed_opponent=True) is None
