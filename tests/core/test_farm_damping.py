@@ -44,7 +44,9 @@ class TestTheRun:
             assert 1.0 / (1.0 + k / damping) < w < 1.0
         assert damped._prey[damped.ids["farmer"]] & 0xFFFF == repeats
 
-    @pytest.mark.parametrize(("farmer", "prey", "lo", "hi"), [(2500.0, 500.0, 0.0, 0.02), (500.0, 2500.0, 0.98, 1.0)])
+    @pytest.mark.parametrize(
+        ("farmer", "prey", "lo", "hi"), [(2500.0, 500.0, 0.0, 0.02), (500.0, 2500.0, 0.98, 1.0)]
+    )
     def test_an_expected_kill_is_damped_and_an_upset_is_not(
         self, farmer: float, prey: float, lo: float, hi: float
     ) -> None:
