@@ -769,8 +769,9 @@ class Engine:
         # this victim, and its damping of both sides; the victim killing back ends its own run.
         prey = self._prey
         run = 0
-        if prey[a] >> 16 == b + 1:
-            run = (prey[a] & 0xFFFF) + 1
+        last = prey[a]
+        if last >> 16 == b + 1:
+            run = (last & 0xFFFF) + 1
             if run > 0xFFFF:
                 run = 0xFFFF
         prey[a] = ((b + 1) << 16) | run

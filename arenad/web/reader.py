@@ -21,7 +21,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from sortedcontainers import SortedKeyList
 
@@ -306,12 +306,8 @@ class Reader:
         # names the lookups are most of a 256-id batch's cost.
         found = list(map(pub.eng.ids.get, asked))
         hidden = pub.hidden_ids
-        if None in found or (hidden and not hidden.isdisjoint(found)):
-            ids = [i for i in found if i is not None and i not in hidden]
-            unknown = [n for n, i in zip(asked, found, strict=True) if i is None or i in hidden]
-        else:
-            ids = cast("list[int]", found)
-            unknown = []
+        ids = [i for i in found if i is not None and i not in hidden]
+        unknown = [n for n, i in zip(asked, found, strict=True) if i is None or i in hidden]
         return {"scope": pub.scope, "players": pub.rows(ids), "unknown": unknown}
 
     def tiers(self, pub: Public) -> dict[str, Any]:
