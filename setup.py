@@ -13,6 +13,7 @@ setup(
                 "arenad/core/_kernel.c",
                 "arenad/core/_sessions.c",
                 "arenad/core/_jsonl.c",
+                "arenad/core/_lookup.c",
             ],
             depends=["arenad/core/_native.h"],
             optional=True,

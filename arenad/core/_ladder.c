@@ -152,6 +152,7 @@ static int add_entry(LadderObject *self, double key, uint32_t pid) {
         self->blocks[0].ids[0] = pid;
         self->blocks[0].len = 1;
         self->len = 1;
+        self->changes++;
         return 0;
     }
     Py_ssize_t pos = block_for(self, key, pid);
@@ -163,6 +164,7 @@ static int add_entry(LadderObject *self, double key, uint32_t pid) {
     b->ids[idx] = pid;
     b->len++;
     self->len++;
+    self->changes++;
     if (b->len > 2 * self->load) return split(self, pos);
     tree_add(self, pos, 1);
     return 0;
@@ -174,6 +176,7 @@ static int delete_at(LadderObject *self, Py_ssize_t pos, Py_ssize_t idx) {
     memmove(b->ids + idx, b->ids + idx + 1, sizeof(uint32_t) * (b->len - idx - 1));
     b->len--;
     self->len--;
+    self->changes++;
     if (b->len > (self->load >> 1)) {
         tree_add(self, pos, -1);
         return 0;
@@ -276,6 +279,7 @@ int ladder_move(LadderObject *self, double old, double new, uint32_t pid) {
         }
         b->keys[at] = new;
         b->ids[at] = pid;
+        self->changes++;
         return 0;
     }
     if (delete_at(self, pos, idx) < 0 || add_entry(self, new, pid) < 0) return -1;
@@ -323,28 +327,105 @@ static PyObject *count(LadderObject *self, PyObject *arg, int at_most) {
     return n < 0 ? NULL : PyLong_FromSsize_t(n);
 }
 
-/* ranks(keys): count_below(k) + 1 for each key of a list, in one call (a 256-player batch
-   answer asks for 256 ranks; the per-call overhead was most of their cost). */
-static PyObject *Ladder_ranks(LadderObject *self, PyObject *arg) {
-    PyObject *seq = PySequence_Fast(arg, "ranks(keys): keys must be a sequence of floats");
-    if (seq == NULL) return NULL;
+/* A ladder left unchanged builds its rank column once it has counted this share of its length
+ * in ranks: building costs about a pass over the entries, counting a few cache misses a rank,
+ * so the column never costs more than about twice the counting it replaces. */
+#define RANK_COLUMN_AFTER 32
+
+/* rank_of[id] for every entry, in one pass in ladder order (competition ranks: a run of equal
+ * keys shares the rank of its first entry, count_below + 1). -1 with an exception set. */
+static int rank_column_build(LadderObject *self) {
+    uint32_t top = 0;
+    for (Py_ssize_t p = 0; p < self->nblocks; p++)
+        for (Py_ssize_t i = 0; i < self->blocks[p].len; i++)
+            if (self->blocks[p].ids[i] > top) top = self->blocks[p].ids[i];
+    Py_ssize_t need = (Py_ssize_t)top + 1;
+    if (need > self->rank_cap) {
+        uint32_t *col = PyMem_Realloc(self->rank_of, sizeof(uint32_t) * need);
+        if (!col) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->rank_of = col;
+        self->rank_cap = need;
+    }
+    memset(self->rank_of, 0, sizeof(uint32_t) * self->rank_cap);
+    Py_ssize_t pos = 0, rank = 0;
+    double prev = 0.0;
+    for (Py_ssize_t p = 0; p < self->nblocks; p++) {
+        const Block *b = &self->blocks[p];
+        for (Py_ssize_t i = 0; i < b->len; i++, pos++) {
+            if (pos == 0 || b->keys[i] != prev) rank = pos + 1;
+            prev = b->keys[i];
+            self->rank_of[b->ids[i]] = (uint32_t)rank;
+        }
+    }
+    self->rank_changes = self->changes;
+    return 0;
+}
+
+/* ranks(keys[, ids]): count_below(k) + 1 for each key of a list, in one call (a 256-player batch
+ * answer asks for 256 ranks; the per-call overhead was most of their cost). ids, a buffer of
+ * int64 (numpy intp), names each key's entry: keys[j] must be the key ids[j] has in the ladder;
+ * with them a ladder unchanged for long enough answers from its rank column (above). */
+static PyObject *Ladder_ranks(LadderObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) return PyErr_Format(PyExc_TypeError, "ranks(keys[, ids])");
+    Py_buffer ids = {0};
+    int have_ids = nargs == 2 && args[1] != Py_None;
+    if (have_ids) {
+        if (PyObject_GetBuffer(args[1], &ids, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+        if (ids.itemsize != 8 || ids.format == NULL || (strcmp(ids.format, "q") && strcmp(ids.format, "l"))) {
+            PyBuffer_Release(&ids);
+            return PyErr_Format(PyExc_TypeError, "ranks: ids must be a buffer of int64");
+        }
+    }
+    PyObject *seq = PySequence_Fast(args[0], "ranks(keys): keys must be a sequence of floats");
+    if (seq == NULL) {
+        if (have_ids) PyBuffer_Release(&ids);
+        return NULL;
+    }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    PyObject *out = PyList_New(n);
-    if (out == NULL) { Py_DECREF(seq); return NULL; }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        double key = PyFloat_AsDouble(items[i]);
-        Py_ssize_t c;
-        PyObject *v;
-        if ((key == -1.0 && PyErr_Occurred()) || (c = count_key(self, key, 0)) < 0 ||
-            (v = PyLong_FromSsize_t(c + 1)) == NULL) {
-            Py_DECREF(out);
-            Py_DECREF(seq);
-            return NULL;
+    PyObject *out = NULL;
+    const int64_t *pid = have_ids ? (const int64_t *)ids.buf : NULL;
+    if (have_ids && ids.len / 8 != n) {
+        PyErr_Format(PyExc_ValueError, "ranks: %zd keys but %zd ids", n, ids.len / 8);
+        goto done;
+    }
+    if (have_ids) {
+        if (self->counted_at != self->changes) {
+            self->counted_at = self->changes;
+            self->counted = 0;
         }
+        if (self->rank_of == NULL || self->rank_changes != self->changes) {
+            if (self->counted >= self->len / RANK_COLUMN_AFTER) {
+                if (rank_column_build(self) < 0) goto done;
+            } else {
+                self->counted += n;
+            }
+        }
+    }
+    int column = have_ids && self->rank_of != NULL && self->rank_changes == self->changes;
+    out = PyList_New(n);
+    if (out == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t c = -1;
+        PyObject *v;
+        if (column && pid[i] >= 0 && pid[i] < self->rank_cap && self->rank_of[pid[i]]) {
+            c = (Py_ssize_t)self->rank_of[pid[i]] - 1;
+        } else {
+            double key = PyFloat_AsDouble(items[i]);
+            if ((key == -1.0 && PyErr_Occurred()) || (c = count_key(self, key, 0)) < 0) goto fail;
+        }
+        if ((v = PyLong_FromSsize_t(c + 1)) == NULL) goto fail;
         PyList_SET_ITEM(out, i, v);
     }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
     Py_DECREF(seq);
+    if (have_ids) PyBuffer_Release(&ids);
     return out;
 }
 
@@ -469,6 +550,7 @@ static void Ladder_dealloc(LadderObject *self) {
     for (Py_ssize_t p = 0; p < self->nblocks; p++) block_free(&self->blocks[p]);
     PyMem_Free(self->blocks);
     PyMem_Free(self->tree);
+    PyMem_Free(self->rank_of);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -515,6 +597,7 @@ static int Ladder_init(LadderObject *self, PyObject *args, PyObject *kwds) {
         b->len++;
     }
     self->len = n;
+    self->changes++;
     Py_DECREF(sorted);
     return 0;
 }
@@ -524,7 +607,8 @@ static PyMethodDef Ladder_methods[] = {
     {"remove", (PyCFunction)(void (*)(void))Ladder_remove, METH_FASTCALL, "Remove (key, pid)."},
     {"move", (PyCFunction)(void (*)(void))Ladder_move, METH_FASTCALL, "Re-key pid from old to new."},
     {"count_below", (PyCFunction)Ladder_count_below, METH_O, "Entries with key < key."},
-    {"ranks", (PyCFunction)Ladder_ranks, METH_O, "count_below(k) + 1 for each key of a list."},
+    {"ranks", (PyCFunction)(void (*)(void))Ladder_ranks, METH_FASTCALL,
+     "ranks(keys[, ids]): count_below(k) + 1 for each key of a list (ids: each key's entry, int64)."},
     {"count_at_most", (PyCFunction)Ladder_count_at_most, METH_O, "Entries with key <= key."},
     {"index", (PyCFunction)(void (*)(void))Ladder_index, METH_FASTCALL, "Position of (key, pid)."},
     {"islice", (PyCFunction)(void (*)(void))Ladder_islice, METH_FASTCALL, "Ids at start..stop-1."},
@@ -565,7 +649,8 @@ PyMODINIT_FUNC PyInit__ladder(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (kernel_register(m) < 0 || sessions_register(m) < 0 || jsonl_register(m) < 0) {
+    if (kernel_register(m) < 0 || sessions_register(m) < 0 || jsonl_register(m) < 0 ||
+        lookup_register(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -56,6 +56,11 @@ except ImportError:  # pragma: no cover - only where the C extension could not b
 #: Whether the C update kernel was built (Engine(native=None) uses it then).
 KERNEL = _Kernel is not None
 
+try:  # the name lookup without writes (Engine.ids_of); the Python comprehension is its reference
+    from arenad.core._ladder import ids_of as _c_ids_of
+except ImportError:  # pragma: no cover - only where the C extension could not be built
+    _c_ids_of = None  # type: ignore[assignment]
+
 # The ladder keys a player by its negated internal rating (exact, ties in first-seen order); the
 # §2.1 cooldown keys an ordered pair by attacker_id << 32 | victim_id, so ids stay below 2**32
 # (ADRParams.max_players is validated against PLAYER_ID_LIMIT).
@@ -1677,8 +1682,19 @@ class Engine:
     def sigma(self, i: int) -> float:
         return self._sigma[i]
 
+    def ids_of(self, names: Sequence[str]) -> npt.NDArray[np.int64]:
+        """Each name's id, -1 where the name was never seen.
+
+        In C where built: a forked web reader (docs/web.md "Readers") shares this index with the
+        daemon copy-on-write, and a Python lookup increfs the int it finds, a write that copies
+        the page it lies on; the C lookup only reads. The comprehension is its reference."""
+        if _c_ids_of is not None:
+            return np.frombuffer(_c_ids_of(self.ids, names), dtype=np.int64)
+        get = self.ids.get
+        return np.array([get(n, -1) for n in names], dtype=np.int64)
+
     def row_columns(
-        self, ids: Sequence[int]
+        self, ids: Sequence[int] | npt.NDArray[np.int64]
     ) -> tuple[list[float], list[float], list[float], list[int], list[int], list[int]]:
         """For each id: mu, sigma, the display rating, the tier index (0 unplaced), active (0/1)
         and the competition rank, as ``mu``, ``sigma``, ``display``, ``rank``... would give them.
@@ -1686,9 +1702,9 @@ class Engine:
         One numpy gather per column instead of an accessor call per player and column: a
         256-player batch answer or a 500-row leaderboard reads six columns at random places of
         a million-player ladder, and the calls, not the reads, were most of its cost."""
-        if not ids:
+        if not len(ids):
             return [], [], [], [], [], []
-        idx = np.fromiter(ids, dtype=np.intp, count=len(ids))
+        idx = ids if isinstance(ids, np.ndarray) else np.fromiter(ids, dtype=np.intp, count=len(ids))
         # Views of the columns, dropped before returning: an array that exports its buffer
         # cannot grow, and a newcomer must be able to join at the next event.
         r = np.frombuffer(self._r, dtype=np.float64)[idx]
@@ -1696,7 +1712,8 @@ class Engine:
         disp = (np.frombuffer(self._disp, dtype=np.float64)[idx] + self.offset).tolist()
         tier = np.frombuffer(self._tier, dtype=np.uint8)[idx].tolist()
         active = np.frombuffer(self._active, dtype=np.uint8)[idx].tolist()
-        rank = self._index().ranks((-r).tolist())
+        # With the ids, an unchanged ladder (a forked reader's) answers from its rank column.
+        rank = self._index().ranks((-r).tolist(), idx)
         return (r + self.offset).tolist(), sigma, disp, tier, active, rank
 
     def tier_index(self, name: str) -> int:

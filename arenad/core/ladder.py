@@ -228,8 +228,10 @@ class PyLadder:
             return self._len
         return self._before_block(pos) + bisect_left(self._keys[pos], key)
 
-    def ranks(self, keys: Iterable[float]) -> list[int]:
-        """``count_below(k) + 1`` for each key: the competition ranks of a batch in one call."""
+    def ranks(self, keys: Iterable[float], ids: object = None) -> list[int]:
+        """``count_below(k) + 1`` for each key: the competition ranks of a batch in one call.
+        ``ids`` (each key's entry) lets the C ladder answer from its rank column; the answers
+        are the same without it, and this reference ignores it."""
         return [self.count_below(k) + 1 for k in keys]
 
     def count_at_most(self, key: float) -> int:

@@ -70,9 +70,14 @@ class Params:
 
     def items(self, key: str) -> list[str]:
         """A comma-separated list: split on the raw commas, then each item decoded."""
-        if key not in self._raw or not self._raw[key]:
+        raw = self._raw.get(key)
+        if not raw:
             raise ApiError(400, "missing (a comma-separated list)", key)
-        return [decode(item, key, plus=True) for item in self._raw[key].split(",")]
+        if "%" not in raw and "+" not in raw and "\x00" not in raw:
+            # Nothing to decode or refuse in any item (decode's own fast path, once for the
+            # whole list rather than a call for each of a batch's 256 ids).
+            return raw.split(",")
+        return [decode(item, key, plus=True) for item in raw.split(",")]
 
     def int(self, key: str, lo: int, hi: int, default: int) -> int:
         if key not in self._raw:

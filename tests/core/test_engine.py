@@ -8,7 +8,10 @@ import random
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from arenad.core import engine as engine_module
 from arenad.core.engine import Engine, Outcome, PlayerView, initial_boundaries
 from arenad.core.params import TIER_NAMES, ADRParams
 
@@ -319,6 +322,41 @@ class TestQueries:
         assert eng.around(by_mu[0], 3) == by_mu[:4]
         assert eng.top(0) == []
         assert eng.ladder_is_consistent()
+
+
+class TestIdsOf:
+    """Engine.ids_of: the C lookup (reads only) against the comprehension it replaces."""
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        known=st.lists(st.text(min_size=1, max_size=12), max_size=40, unique=True),
+        asked=st.lists(st.text(max_size=12), max_size=60),
+    )
+    def test_c_and_python_agree(self, known: list[str], asked: list[str]) -> None:
+        eng = Engine(ADRParams())
+        for k, name in enumerate(known):
+            eng.feed(name, known[k - 1] if k else "anchor", T0 + k)
+        names = [*asked, *known[:5], "\u202e;quit", "<script>"]
+        expected = [eng.ids.get(n, -1) for n in names]
+        assert eng.ids_of(names).tolist() == expected
+        native = engine_module._c_ids_of  # type: ignore[attr-defined]
+        assert native is not None  # scripts/test builds the C extension (test_native_ladder)
+        try:
+            engine_module._c_ids_of = None  # type: ignore[attr-defined,assignment]
+            assert eng.ids_of(names).tolist() == expected  # the Python reference
+        finally:
+            engine_module._c_ids_of = native  # type: ignore[attr-defined]
+
+    def test_the_c_lookup_refuses_what_is_not_a_name(self) -> None:
+        from arenad.core._ladder import ids_of  # built by scripts/test (test_native_ladder)
+
+        with pytest.raises(TypeError):
+            ids_of({"a": 1}, [1])  # type: ignore[list-item]
+        with pytest.raises(TypeError):
+            ids_of([], ["a"])  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            ids_of({"a": -2}, ["a"])
+        assert ids_of({}, ()) == b""
 
 
 class TestStateExport:

@@ -8,6 +8,7 @@ import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -80,6 +81,12 @@ def test_same_operations_same_answers(
     batch = [*probes, *by_id.values()]
     assert c.ranks(batch) == py.ranks(batch) == [py.count_below(k) + 1 for k in batch]
     assert c.ranks(tuple(batch)) == c.ranks(batch)
+    # With each key's id: counted at first, then (the ladder unchanged) from the rank column.
+    known_ids = np.array(list(by_id), dtype=np.int64)
+    known_keys = list(by_id.values())
+    expected = py.ranks(known_keys)
+    for _ in range(3):
+        assert c.ranks(known_keys, known_ids) == expected
     for pid, key in list(by_id.items())[:10]:
         assert c.index(key, pid) == py.index(key, pid)
     n = len(py)
@@ -141,3 +148,60 @@ def test_ranks_refuses_what_is_not_a_list_of_floats() -> None:
         c.ranks(3.0)
     with pytest.raises(TypeError):
         c.ranks([1.0, "x"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    initial=st.dictionaries(
+        ids, st.sampled_from([-2.0, -1.0, 0.0, 1.0, 2.5]) | keys, min_size=1, max_size=80
+    ),
+    rounds=st.lists(st.tuples(ids, keys, st.integers(min_value=0, max_value=4)), max_size=30),
+)
+def test_the_rank_column_answers_as_counting_does(
+    initial: dict[int, float], rounds: list[tuple[int, float, int]]
+) -> None:
+    """Ties included (few distinct keys): between changes the ranks asked with ids are those
+    counted without them, however often the column is built, dropped by a change and rebuilt."""
+    c = native_ladder()([(k, i) for i, k in initial.items()], load=4)
+    by_id = dict(initial)
+    for pid, key, asks in rounds:
+        if pid in by_id:
+            c.move(by_id[pid], key, pid)
+        else:
+            c.add(key, pid)
+        by_id[pid] = key
+        order = sorted(by_id)
+        idx = np.array(order, dtype=np.int64)
+        batch = [by_id[i] for i in order]
+        counted = c.ranks(batch)
+        assert counted == [sum(1 for v in by_id.values() if v < by_id[i]) + 1 for i in order]
+        for _ in range(asks):
+            assert c.ranks(batch, idx) == counted
+
+
+def test_the_rank_column_is_used_only_while_the_ladder_is_unchanged() -> None:
+    """White-box: ``ids`` must name each key's entry, since the column answers by id. A key that
+    is not its id's (the one way to tell the column from counting) shows when it is in use."""
+    c = native_ladder()([(float(k), k) for k in range(100)], load=8)
+    ids_ = np.array([5], dtype=np.int64)
+    assert c.ranks([50.0], ids_) == [51]  # counted: 100 // 32 = 3 ranks must be counted first
+    assert c.ranks([50.0], ids_) == [51]
+    assert c.ranks([50.0], ids_) == [51]
+    assert c.ranks([50.0], ids_) == [6]  # built: id 5's own rank
+    assert c.ranks([50.0]) == [51]  # without ids, always counted
+    c.move(5.0, 5.5, 5)  # a change drops the column
+    assert c.ranks([50.0], ids_) == [51]
+    absent = np.array([1000], dtype=np.int64)  # an id not in the ladder is counted, even after a build
+    for _ in range(5):
+        assert c.ranks([50.0], absent) == [51]
+
+
+def test_ranks_refuses_ids_that_are_not_int64_or_do_not_match() -> None:
+    c = native_ladder()([(1.0, 1), (2.0, 2)])
+    with pytest.raises(TypeError):
+        c.ranks([1.0], np.array([1], dtype=np.int32))
+    with pytest.raises(TypeError):
+        c.ranks([1.0], [1])
+    with pytest.raises(ValueError):
+        c.ranks([1.0, 2.0], np.array([1], dtype=np.int64))
+    assert c.ranks([1.0], None) == [1]

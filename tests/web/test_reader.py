@@ -9,7 +9,7 @@ from web_harness import MemoryHidden, World, build_world
 
 from arenad.core.engine import Engine
 from arenad.views import player_body
-from arenad.web.reader import ApiError, NameIndex, Public, Reader
+from arenad.web.reader import _FEW_HIDDEN, ApiError, NameIndex, Public, Reader
 
 
 @pytest.fixture
@@ -90,6 +90,23 @@ class TestHidden:
         shown = [n for n in once if n in eng.ids and n not in fresh.hidden.names]
         assert [row["player"] for row in batch["players"]] == shown
         assert batch["unknown"] == [n for n in once if n not in shown]
+        board = {row["player"]: row for row in r.leaderboard(pub, 0, 500, None, False)["players"]}
+        assert batch["players"] == [board[n] for n in shown]
+
+    def test_a_batch_with_many_hidden_players(self) -> None:
+        """More hidden players than the batch compares directly (np.isin's branch): the same
+        answer as the plain model's."""
+        w = build_world(players=200, days=1, seed=5)
+        eng = w.scopes.global_engine
+        assert len(w.players) > _FEW_HIDDEN + 40
+        w.hidden.names.update(w.players[: _FEW_HIDDEN + 20])
+        r = reader(w)
+        pub = r.public("global")
+        asked = [*w.players[::3], "never-seen"]
+        batch = r.batch(pub, asked)
+        shown = [n for n in asked if n in eng.ids and n not in w.hidden.names]
+        assert shown and [row["player"] for row in batch["players"]] == shown
+        assert batch["unknown"] == [n for n in asked if n not in shown]
         board = {row["player"]: row for row in r.leaderboard(pub, 0, 500, None, False)["players"]}
         assert batch["players"] == [board[n] for n in shown]
 
