@@ -718,6 +718,9 @@ def verdict(ph: dict[str, Any], *, at_size: bool) -> dict[str, Any]:
     api = max(lat[k]["p99_ms"] for k in API_KINDS if k in lat)
     page = lat["page player"]["p99_ms"] if "page player" in lat else None
     idle, web = ph["ingest_idle"]["events_per_s"], ph["web"]["events_per_s"]
+    # The idle window can take more than the asked rate (the sender catching up on the lead-in:
+    # 54.8k/s of 50k asked in one run); what the web must not lower is the rate offered.
+    idle = min(idle, ph["ingest_idle"]["ingest_target"] or idle)
     return {
         "at_size": at_size,  # 1M players, 50k events/s, 2,000 requests/s: the issue's figures
         "api_p99_ms_worst": api,
@@ -727,7 +730,8 @@ def verdict(ph: dict[str, Any], *, at_size: bool) -> dict[str, Any]:
         "ingest_idle_max_per_s": ph["ingest_max_idle"]["events_per_s"],
         "ingest_idle_met": ph["ingest_max_idle"]["events_per_s"] >= TARGETS["ingest_idle"],
         # "No regression": the engine kept the asked rate with the web loaded as with it idle
-        # (within 2 %: the windows' edges), and nothing more was dropped.
+        # (within 2 % of the lesser of the idle window and the asked rate: the windows' edges),
+        # and nothing more was dropped.
         "ingest_with_web_ratio": round(web / idle, 3) if idle else None,
         "no_ingest_regression": bool(idle) and web >= 0.98 * idle and not ph["web"]["dropped"],
     }
@@ -799,7 +803,7 @@ def table(r: dict[str, Any]) -> str:
         f"| pages p99 ≤ {TARGETS['page_p99_ms']} ms | {v['page_p99_ms']} ms | {yn[v['page_p99_met']]} |",
         f"| UDP ingest ≥ 100,000/s, web idle | {v['ingest_idle_max_per_s']:,.0f}/s "
         f"| {yn[v['ingest_idle_met']]} |",
-        f"| no ingest regression | {v['ingest_with_web_ratio']} of the idle rate "
+        f"| no ingest regression | {v['ingest_with_web_ratio']} of the idle rate (at most the asked) "
         f"| {yn[v['no_ingest_regression']]} |",
         "",
         f"Reference: {HLSTATSX}.",

@@ -10,8 +10,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from bench.web_daemon import HTTP_KINDS
+from bench.web_daemon import HTTP_KINDS, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,3 +59,23 @@ def test_web_daemon_benchmark_tiny() -> None:
     assert v["at_size"] is False
     for key in ("api_p99_ms_worst", "page_p99_ms", "ingest_idle_max_per_s", "ingest_with_web_ratio"):
         assert v[key] is not None and v[key] > 0, key
+
+
+def phases(idle: float, asked: float, web: float, dropped: dict[str, int]) -> dict[str, Any]:
+    lat = {k: {"p99_ms": 1.0} for k in HTTP_KINDS}
+    return {
+        "ingest_idle": {"events_per_s": idle, "ingest_target": asked},
+        "ingest_max_idle": {"events_per_s": 150_000.0},
+        "web": {"events_per_s": web, "dropped": dropped, "load": {"latency": lat}},
+    }
+
+
+def test_no_regression_is_judged_against_the_rate_offered() -> None:
+    """An idle window that took more than was asked (the sender catching up on its lead-in)
+    is not the bar: the web phase must keep the asked rate, and drop nothing."""
+    assert verdict(phases(54_800.0, 50_000.0, 49_990.0, {}), at_size=True)["no_ingest_regression"]
+    assert verdict(phases(54_800.0, 50_000.0, 49_990.0, {}), at_size=True)["ingest_with_web_ratio"] == 1.0
+    assert not verdict(phases(54_800.0, 50_000.0, 48_000.0, {}), at_size=True)["no_ingest_regression"]
+    assert not verdict(phases(50_000.0, 50_000.0, 50_000.0, {"udp": 50}), at_size=True)["no_ingest_regression"]
+    # An idle window below the asked rate stays the bar.
+    assert verdict(phases(40_000.0, 50_000.0, 39_500.0, {}), at_size=True)["no_ingest_regression"]
