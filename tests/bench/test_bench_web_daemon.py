@@ -76,6 +76,8 @@ def test_no_regression_is_judged_against_the_rate_offered() -> None:
     assert verdict(phases(54_800.0, 50_000.0, 49_990.0, {}), at_size=True)["no_ingest_regression"]
     assert verdict(phases(54_800.0, 50_000.0, 49_990.0, {}), at_size=True)["ingest_with_web_ratio"] == 1.0
     assert not verdict(phases(54_800.0, 50_000.0, 48_000.0, {}), at_size=True)["no_ingest_regression"]
-    assert not verdict(phases(50_000.0, 50_000.0, 50_000.0, {"udp": 50}), at_size=True)["no_ingest_regression"]
+    assert not verdict(phases(50_000.0, 50_000.0, 50_000.0, {"udp": 50}), at_size=True)[
+        "no_ingest_regression"
+    ]
     # An idle window below the asked rate stays the bar.
     assert verdict(phases(40_000.0, 50_000.0, 39_500.0, {}), at_size=True)["no_ingest_regression"]
