@@ -399,7 +399,10 @@ static PyObject *Ladder_ranks(LadderObject *self, PyObject *const *args, Py_ssiz
         }
         if (self->rank_of == NULL || self->rank_changes != self->changes) {
             if (self->counted >= self->len / RANK_COLUMN_AFTER) {
-                if (rank_column_build(self) < 0) goto done;
+                if (rank_column_build(self) < 0) {
+                    PyErr_Clear(); /* no memory for the column: count, as without ids */
+                    self->counted = 0;
+                }
             } else {
                 self->counted += n;
             }
@@ -565,6 +568,7 @@ static int Ladder_init(LadderObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     self->load = load;
+    self->changes++; /* whatever follows (a second __init__ included) drops the rank column */
     if (entries == NULL) return 0;
     PyObject *sorted = PySequence_List(entries);
     if (!sorted) return -1;
@@ -597,7 +601,6 @@ static int Ladder_init(LadderObject *self, PyObject *args, PyObject *kwds) {
         b->len++;
     }
     self->len = n;
-    self->changes++;
     Py_DECREF(sorted);
     return 0;
 }

@@ -19,7 +19,9 @@ static PyObject *ids_of(PyObject *module, PyObject *const *args, Py_ssize_t narg
     if (out == NULL) goto fail;
     int64_t *dst = (int64_t *)PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyUnicode_Check(items[i])) {
+        /* Exactly str: a subclass's own __eq__ or __hash__ could run Python code (and change
+         * the sequence under us) in the middle of the lookup. */
+        if (!PyUnicode_CheckExact(items[i])) {
             PyErr_Format(PyExc_TypeError, "ids_of: names must be str, got %.100s", Py_TYPE(items[i])->tp_name);
             goto fail;
         }

@@ -28,7 +28,7 @@ typedef struct {
      * in the ladder; valid while changes == rank_changes. Built only once a ladder left unchanged
      * has answered len / RANK_COLUMN_AFTER ranks by counting (a forked web reader's snapshot),
      * so a ladder that changes between batches never pays for it. */
-    uint64_t changes; /* entries added or removed, ever */
+    uint64_t changes; /* entries added, removed or moved, ever */
     uint64_t rank_changes;
     uint64_t counted_at; /* `changes` when `counted` began */
     Py_ssize_t counted;  /* ranks counted since then */

@@ -1704,7 +1704,12 @@ class Engine:
         a million-player ladder, and the calls, not the reads, were most of its cost."""
         if not len(ids):
             return [], [], [], [], [], []
-        idx = ids if isinstance(ids, np.ndarray) else np.fromiter(ids, dtype=np.intp, count=len(ids))
+        # int64: Ladder.ranks takes the ids as a buffer of them.
+        idx = (
+            np.asarray(ids, dtype=np.int64)
+            if isinstance(ids, np.ndarray)
+            else np.fromiter(ids, dtype=np.int64, count=len(ids))
+        )
         # Views of the columns, dropped before returning: an array that exports its buffer
         # cannot grow, and a newcomer must be able to join at the next event.
         r = np.frombuffer(self._r, dtype=np.float64)[idx]

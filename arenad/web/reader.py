@@ -115,7 +115,7 @@ class Public:
     scope: str
     eng: Engine
     hidden_ids: frozenset[int]
-    keys: tuple[float, ...]  # -r of each hidden player, sorted (the ladder's own order key)
+    keys: tuple[float, ...]  # -mu of each hidden player, sorted (the ladder's order, shifted by the offset)
     positions: tuple[int, ...]  # ladder positions of the hidden players, sorted
 
     @classmethod

@@ -358,6 +358,12 @@ class TestIdsOf:
             ids_of({"a": -2}, ["a"])
         assert ids_of({}, ()) == b""
 
+        class Name(str):
+            pass
+
+        with pytest.raises(TypeError):  # a subclass could run Python code inside the lookup
+            ids_of({"a": 1}, [Name("a")])
+
 
 class TestStateExport:
     """export_state / from_state continue bit-identically, and refuse what they cannot load."""
