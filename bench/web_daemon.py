@@ -737,6 +737,17 @@ def verdict(ph: dict[str, Any], *, at_size: bool) -> dict[str, Any]:
     }
 
 
+def reader_cpu(r: dict[str, Any]) -> list[str]:
+    """The readers' CPU per answered request (user and system, the whole window): with the
+    daemon's histogram, which is wall time, it tells work from waiting for a core."""
+    web = r["phases"]["web"]
+    sent = web["load"]["sent"]
+    if not r.get("readers") or not sent:
+        return []
+    cpu = web.get("cores", {}).get("children", 0.0) * web["window_s"]
+    return [f"readers' CPU per answered request: {1000.0 * cpu / sent:.3f} ms"]
+
+
 def table(r: dict[str, Any]) -> str:
     ph = r["phases"]
     web, q, m = ph["web"], ph["query"], r["machine"]
@@ -795,6 +806,7 @@ def table(r: dict[str, Any]) -> str:
         f"{web['load']['backlog_at_end']:,}); statuses (client): {web['load'].get('statuses')}, "
         f"daemon: {web.get('server_statuses')}; errors {web['load'].get('error_count')}; query port: due "
         f"{q['load']['due']:,}, sent {q['load']['sent']:,}, errors {q['load']['error_count']}",
+        *reader_cpu(r),
         "",
         "| target | measured | met? |",
         "|---|---|---|",

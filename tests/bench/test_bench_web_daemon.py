@@ -29,6 +29,7 @@ def test_web_daemon_benchmark_tiny() -> None:
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["players"] == report["daemon_players_end"] == 5000
     assert "HLstatsX" in proc.stdout
+    assert "readers' CPU per answered request: " in proc.stdout  # one reader by default
 
     phases = report["phases"]
     for name in ("ingest_idle", "ingest_max_idle", "web", "query"):
