@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from sortedcontainers import SortedKeyList
 
 from arenad.core.engine import DISPLAY_K, Engine
@@ -166,8 +167,10 @@ class Public:
                 break
         return e
 
-    def rows(self, ids: Sequence[int]) -> list[dict[str, Any]]:
-        return ladder_rows(self.eng, ids, DISPLAY_K, self.keys)
+    def rows(
+        self, ids: Sequence[int] | npt.NDArray[np.int64], names: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        return ladder_rows(self.eng, ids, DISPLAY_K, self.keys, names)
 
 
 # ---------------------------------------------------------------------------- the reader
@@ -324,8 +327,7 @@ class Reader:
         unknown = [n for n, f in zip(asked, flags, strict=True) if not f]
         # The rows carry the names as asked (each equal to the engine's): they are this
         # request's own strings, so the rows read nothing more of the shared name list.
-        players = ladder_rows(pub.eng, found[shown], DISPLAY_K, pub.keys, names)
-        return {"scope": pub.scope, "players": players, "unknown": unknown}
+        return {"scope": pub.scope, "players": pub.rows(found[shown], names), "unknown": unknown}
 
     def tiers(self, pub: Public) -> dict[str, Any]:
         body = tiers_body(pub.eng)

@@ -73,9 +73,9 @@ class Params:
         raw = self._raw.get(key)
         if not raw:
             raise ApiError(400, "missing (a comma-separated list)", key)
-        if "%" not in raw and "+" not in raw and "\x00" not in raw:
-            # Nothing to decode or refuse in any item (decode's own fast path, once for the
-            # whole list rather than a call for each of a batch's 256 ids).
+        if _plain(raw) and "\x00" not in raw:
+            # Nothing to decode or refuse in any item: decode's own fast path, once for the
+            # whole list rather than a call for each of a batch's 256 ids.
             return raw.split(",")
         return [decode(item, key, plus=True) for item in raw.split(",")]
 
@@ -121,9 +121,14 @@ class Params:
         return text
 
 
+def _plain(raw: str) -> bool:
+    """Nothing in ``raw`` to percent-decode (most ids of a batch)."""
+    return "%" not in raw and "+" not in raw
+
+
 def decode(raw: str, parameter: str, *, plus: bool) -> str:
     """Percent-decode ``raw`` (``+`` as a space where ``plus``); a 400 naming ``parameter``."""
-    if "%" not in raw and "+" not in raw:  # nothing to decode: most ids of a batch
+    if _plain(raw):
         text = raw
     else:
         try:
