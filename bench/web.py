@@ -116,6 +116,9 @@ class Ingest:
     it runs out. ``Engine.apply`` (no recalibration: the daemon plans those in a worker thread)."""
 
     SLICE = 0.005
+    #: Slices the feeder may lag its schedule before it counts as behind: the daemon's
+    #: ``BEHIND_BATCHES`` (16 datagrams of 50 kills) is about 16 ms of work at 50k events/s.
+    BEHIND_SLICES = 3
 
     def __init__(self, eng: Engine, events: list[tuple[str, str, float]], rate: float) -> None:
         self.eng = eng
@@ -124,6 +127,11 @@ class Ingest:
         self.stop = False
         self.applied = 0
         self.seconds = 0.0
+        self.lag = 0.0
+
+    def behind(self) -> bool:
+        """Whether the web should keep to ``[web] loop_share``, as the daemon's engine_behind."""
+        return self.lag >= self.BEHIND_SLICES * self.SLICE
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -144,6 +152,7 @@ class Ingest:
                     shift += span
             self.applied += per_slice
             due += self.SLICE
+            self.lag = loop.time() - due
             await asyncio.sleep(max(0.0, due - loop.time()))  # behind schedule: only yield
         self.seconds = loop.time() - start
 
@@ -289,11 +298,16 @@ def run(players: int, events: int, n: int, ingest: float) -> dict[str, Any]:
     rng = random.Random(1)
     hidden = FewHidden([names[k * (players // 10)] for k in range(10)])
     clock = sset.global_engine.clock
+    feeding: list[Ingest] = []  # the feeder while one runs
     ports = WebPorts(
         scopes=lambda: sset,
         status=lambda: {"events_per_second": 0.0},
         history=SyntheticHistory(clock),
         hidden=hidden,
+        # As the daemon's: the loop share holds only while the engine is behind. Without an
+        # engine the port's default (always behind) would stall every answer past 0.3 of a
+        # 20 ms window for the rest of it.
+        engine_behind=lambda: bool(feeding) and feeding[0].behind(),
     )
     # The adapter on one loop, by design (the daemon's forked readers: bench.web_daemon).
     settings = WebSettings(listen="127.0.0.1:0", rate_limit=0.0, readers=0)
@@ -331,6 +345,7 @@ def run(players: int, events: int, n: int, ingest: float) -> dict[str, Any]:
             n=n,
             ingest=ingest,
             rng=rng,
+            feeding=feeding,
         )
     return {
         "players": players,
@@ -382,6 +397,7 @@ def e2e(
     n: int,
     ingest: float,
     rng: random.Random,
+    feeding: list[Ingest],
 ) -> int | None:
     """The end-to-end rows of one adapter (idle, then while ingesting); the ingest rate achieved."""
     loop = Loop()
@@ -401,12 +417,14 @@ def e2e(
         measure(f"e2e {adapter}")
         if ingest > 0:
             feeder = Ingest(sset.global_engine, stream, ingest)
+            feeding.append(feeder)
             task = asyncio.run_coroutine_threadsafe(feeder.run(), loop.loop)
             try:
                 measure(f"ingesting {adapter}")
             finally:
                 feeder.stop = True
                 task.result(TIMEOUT)
+                feeding.clear()
             achieved = round(feeder.applied / feeder.seconds) if feeder.seconds else None
         loop.call(close_servers(qservers))
         loop.call(handle.close())
