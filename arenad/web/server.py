@@ -745,6 +745,7 @@ async def _reader_main(shared: _Shared, listener: socket.socket, link: ReaderLin
 
     loop.add_reader(control.fileno(), on_control)
     loop.add_reader(inbox.fileno(), on_inbox)
+    link.ready()  # accepting: the reader before us may now hand over (ReaderPool._ready)
 
     async def flusher() -> None:
         while True:
