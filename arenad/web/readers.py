@@ -97,6 +97,7 @@ class _Reader:
     exited: bool = False
     ready: bool = False  # its loop runs and accepts: the reader it replaces may retire
     replaces: _Reader | None = None  # answering until this one is ready, then retired
+    urgent: object = None  # ReaderPool.urgent() when it was forked: what it shows of privacy
 
 
 @dataclass
@@ -184,6 +185,7 @@ class ReaderPool:
                 self._close_inboxes()
                 return
             self._slots[k] = new
+            new.urgent = urgent
             if old is not None and not old.exited:
                 new.replaces = old  # retired when the new one is ready (_ready)
         self._close_inboxes()
@@ -197,11 +199,13 @@ class ReaderPool:
 
     def _ready(self, reader: _Reader) -> None:
         """``reader`` accepts on its own loop: the one it replaces retires into it now."""
-        if reader.ready or reader.exited:
+        if reader.ready or reader.exited or reader.retiring:  # late, or being stopped: _ended
             return
         reader.ready = True
         old, reader.replaces = reader.replaces, None
-        if old is not None and not old.exited:
+        if old is not None and old.exited and old.pid > 0:
+            self._retired.append(old)  # ended meanwhile, not reaped yet: _reap finds it there
+        elif old is not None and not old.exited:
             old.retiring = True
             old.retired_at = time.monotonic()
             self._retired.append(old)
@@ -216,15 +220,17 @@ class ReaderPool:
         self._wake.set()  # a generation that waited for this handover may go on
 
     def _stop_unready(self, now: float) -> None:
-        """A new reader that has not reported ready within ``_READY_TIMEOUT`` is stopped; the
-        one it was to replace goes on answering (``_ended`` puts it back in its slot)."""
+        """A new reader that has not reported ready within ``_READY_TIMEOUT`` is killed (it holds
+        no connection of its own yet); the one it was to replace goes on answering (``_ended``
+        puts it back in its slot) and a slot it was alone in is filled again."""
         for r in self._slots:
-            if r is None or r.replaces is None or r.exited or r.retiring or r.pid <= 0:
+            if r is None or r.ready or r.exited or r.retiring or r.pid <= 0:
                 continue
             if now - r.forked_at > _READY_TIMEOUT:
                 log.warning("web_reader_killed", pid=r.pid, reason="not ready in time")
                 r.retiring = True  # its end is expected: _ended must not call it a failure
-                self._kill(r)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(r.pid, signal.SIGKILL)
 
     def _stop_overdue(self, now: float) -> None:
         """A retired reader has ``retire_limit`` seconds to hand over and exit; then SIGKILL (a
@@ -300,8 +306,9 @@ class ReaderPool:
             if reader.inbox is not None:
                 reader.inbox.close()
                 reader.inbox = None
-            if not old.exited and reader in self._slots:
-                self._slots[self._slots.index(reader)] = old
+            if reader.pid > 0:
+                self._retired.append(reader)  # in no slot now: _reap must still find it
+            self._restore(reader, old)
             # What the new one was to show is still due, urgent changes included: fork again,
             # a respawn's spacing later.
             self._version, self._urgent = None, object()
@@ -310,6 +317,23 @@ class ReaderPool:
             log.warning("web_reader_ended", pid=abs(reader.pid))
             self._wake.set()  # replace it at once
         self._reap()
+
+    def _restore(self, failed: _Reader, old: _Reader) -> None:
+        """Put ``old`` back in the slot of ``failed``, its successor that ended before it was
+        ready, unless it shows what an urgent change has changed since its fork (privacy: a hide
+        must not be undone by a failing fork): then it stops too and the slot waits for a fork."""
+        if old.exited:
+            if old.pid > 0:
+                self._retired.append(old)
+            return
+        if failed in self._slots and old.urgent == self.urgent():
+            self._slots[self._slots.index(failed)] = old
+            return
+        log.warning("web_reader_killed", pid=old.pid, reason="stale after an urgent change")
+        old.retiring = True
+        old.retired_at = time.monotonic()  # SIGKILL after retire_limit if SIGTERM does not end it
+        self._retired.append(old)
+        self._kill(old)
 
     def _everyone(self) -> list[_Reader]:
         """Every reader not yet reaped: retired, in a slot, or answering until its successor is ready."""
