@@ -322,6 +322,7 @@ def load_child(
     seconds: float,
     conns: int,
     only: tuple[str, ...],
+    latencies: str | None = None,
 ) -> None:
     """One phase's load: through bench/qload.c at ``exe``, or the asyncio generator."""
     import uvloop  # noqa: PLC0415
@@ -329,7 +330,18 @@ def load_child(
     try:
         make = http_targets(names, 1, only) if kind == "http" else query_targets(players, 2, names)
         if exe is not None:
-            out.send(qload_run(exe, addr, make, http=kind == "http", rps=rps, seconds=seconds, conns=conns))
+            out.send(
+                qload_run(
+                    exe,
+                    addr,
+                    make,
+                    http=kind == "http",
+                    rps=rps,
+                    seconds=seconds,
+                    conns=conns,
+                    latencies=None if latencies is None else Path(latencies),
+                )
+            )
             return
         res = uvloop.run(
             open_loop(addr, make=make, http=kind == "http", rps=rps, seconds=seconds, conns=conns)
@@ -350,6 +362,7 @@ def qload_run(
     rps: float,
     seconds: float,
     conns: int,
+    latencies: Path | None = None,
 ) -> dict[str, Any]:
     """The requests through bench/qload.c: one epoll loop spending microseconds a reply, so
     what it measures is the daemon and the loopback, not a Python client's own queueing (on 2
@@ -371,6 +384,8 @@ def qload_run(
             return {"error": f"qload exited with {done.returncode} and wrote nothing"}
         rows = np.fromfile(res_file, dtype=np.float64).reshape(-1, 3)
     answered = rows[:, 1] > 0  # a request never answered keeps its zeros
+    if latencies is not None:
+        write_latencies(latencies, [k for k, _ in reqs], rows, rps, conns)
     lat: dict[str, list[float]] = {}
     late: dict[str, list[float]] = {}
     for (k, _), (latency, lag, _err), ok in zip(reqs, rows.tolist(), answered.tolist(), strict=True):
@@ -399,6 +414,22 @@ def qload_run(
         "errors": [f"qload exited with {done.returncode}"] if failed else [],
         "error_count": errors + failed,
     }
+
+
+def write_latencies(path: Path, kinds: list[str], rows: Any, rps: float, conns: int) -> None:
+    """Every request of a phase as one CSV line, in the order due: when it was due (seconds into
+    the window), its kind and connection, its latency from its write and from when it was due
+    (ms; empty if never answered), and its status (HTTP) or error flag (query port). A p99 is
+    one number; this shows whether its slow requests are spread out or come in bursts."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        f.write("due_s,kind,connection,client_ms,from_due_ms,status\n")
+        for j, (kind, (latency, lag, code)) in enumerate(zip(kinds, rows.tolist(), strict=True)):
+            ok = lag > 0
+            client = f"{1e3 * latency:.4f}" if ok else ""
+            late = f"{1e3 * lag:.4f}" if ok else ""
+            status = int(code) if ok else ""
+            f.write(f"{j / rps:.6f},{kind},{j % conns},{client},{late},{status}\n")
 
 
 def pct(samples: list[float]) -> dict[str, float]:
@@ -527,6 +558,7 @@ class Phase:
         seconds: float,
         lead: float,
         load: tuple[str, list[str], int, float, int, tuple[str, ...]] | None = None,
+        latencies: Path | None = None,
     ) -> dict[str, Any]:
         stop = self.ctx.Event()
         sent = self.ctx.Value("q", 0)
@@ -561,6 +593,7 @@ class Phase:
                         "seconds": seconds,
                         "conns": conns,
                         "only": only,
+                        "latencies": None if latencies is None else str(latencies),
                     },
                     daemon=True,
                 )
@@ -669,6 +702,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
                 args.seconds,
                 lead,
                 ("http", visible, args.players, args.rps, args.connections, kinds),
+                None if args.latencies is None else args.latencies / "web.csv",
             )
             ph.drain()
             log(f"[3] ingest {args.ingest:,.0f}/s + query port {args.rps:,.0f} requests/s (reference)")
@@ -677,6 +711,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
                 args.seconds,
                 lead,
                 ("query", visible, args.players, args.rps, args.connections, ()),
+                None if args.latencies is None else args.latencies / "query.csv",
             )
             final = d.stats()
         finally:
@@ -849,6 +884,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--readers", type=int, default=1, help="[web] readers (forked snapshots); 0: the loop")
     ap.add_argument("--refresh", type=float, default=5.0, help="[web] refresh, seconds")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--latencies",
+        type=Path,
+        metavar="DIR",
+        help="write each request of the web and query phases to DIR/web.csv and DIR/query.csv (qload.c)",
+    )
     args = ap.parse_args(argv)
 
     def log(msg: str) -> None:

@@ -6,6 +6,7 @@ Speed is measured by the benchmark itself, never asserted here (the tiny run's v
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -19,9 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--players", "5000", "--seconds", "2", "--ingest", "2000", "--rps", "100"]
 
 
-def test_web_daemon_benchmark_tiny() -> None:
+def test_web_daemon_benchmark_tiny(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.web_daemon", *ARGS, "--json"],
+        [sys.executable, "-m", "bench.web_daemon", *ARGS, "--json", "--latencies", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -51,6 +52,17 @@ def test_web_daemon_benchmark_tiny() -> None:
         "/players/{player}",
         "/api/v1/players/{player}/history",
     } <= set(web["server"])
+
+    # --latencies: every request of the phase, in the order due, as the summary counted them.
+    with (tmp_path / "web.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == load["due"]
+    assert {r["kind"] for r in rows} == set(HTTP_KINDS)
+    answered = [r for r in rows if r["client_ms"]]
+    assert len(answered) == load["sent"] and all(r["status"] == "200" for r in answered)
+    slowest = max(float(r["client_ms"]) for r in answered)
+    assert abs(slowest - max(s["max_ms"] for s in load["latency"].values())) < 0.01
+    assert (tmp_path / "query.csv").exists()
 
     ref = phases["query"]["load"]
     assert ref["error_count"] == 0 and set(ref["latency"]) == {"query get", "query top 100"}
