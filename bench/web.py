@@ -304,9 +304,7 @@ def run(players: int, events: int, n: int, ingest: float) -> dict[str, Any]:
         status=lambda: {"events_per_second": 0.0},
         history=SyntheticHistory(clock),
         hidden=hidden,
-        # As the daemon's: the loop share holds only while the engine is behind. Without an
-        # engine the port's default (always behind) would stall every answer past 0.3 of a
-        # 20 ms window for the rest of it.
+        # As the daemon's: the loop share holds only while the engine is behind.
         engine_behind=lambda: bool(feeding) and feeding[0].behind(),
     )
     # The adapter on one loop, by design (the daemon's forked readers: bench.web_daemon).

@@ -85,8 +85,8 @@ class NobodyHidden:
 EngineBehind = Callable[[], bool]
 
 
-def _always_behind() -> bool:
-    return True
+def _never_behind() -> bool:
+    return False
 
 
 def _always_new() -> object:
@@ -104,13 +104,16 @@ def _nothing() -> None:
 @dataclass(frozen=True, slots=True)
 class WebPorts:
     """Everything ``start_web`` reads; ``history`` None = no history configured; without
-    ``engine_behind`` the loop share holds at all times."""
+    ``engine_behind`` the loop share never holds: a program whose engine shares the loop with
+    the web passes it (the daemon does: its engine task's queue depth). Holding it without one
+    stalled every answer past ``loop_share`` of a 20 ms window for the rest of the window, on a
+    loop with nothing else to do (docs/web.md, "The same benchmark on llhttp")."""
 
     scopes: LiveScopes
     status: Status
     history: HistoryReader | None = None
     hidden: HiddenPlayers = field(default_factory=NobodyHidden)
-    engine_behind: EngineBehind = _always_behind
+    engine_behind: EngineBehind = _never_behind
     # For forked readers (arenad/web/readers.py): ``version`` changes whenever what the web
     # shows may have (a new fork is due only then); ``urgent`` with what must show at once (who
     # is hidden, a recompute's swap: forked at the next look); ``fork_guard`` is held around

@@ -305,3 +305,24 @@ def test_the_share_holds_only_while_the_engine_is_behind() -> None:
     assert shared.budget_wait(10.0 + 0.3 * w) == 0.0  # the engine has nothing waiting: the loop is free
     behind[0] = True
     assert shared.budget_wait(10.0 + 0.3 * w) == pytest.approx(0.7 * w)
+
+
+def test_ports_without_an_engine_never_hold_the_web_back() -> None:
+    """WebPorts without ``engine_behind`` (no engine shares the loop): past the share of a window
+    the web still answers at once; the daemon's ports pass the engine's backlog instead."""
+    from arenad.web.config import WebSettings
+    from arenad.web.port import WebPorts
+    from arenad.web.server import _BUDGET_WINDOW, _Shared
+
+    ports = WebPorts(scopes=lambda: None, status=dict)  # type: ignore[arg-type,return-value]
+    assert ports.engine_behind() is False
+    shared = _Shared(
+        app=None,  # type: ignore[arg-type]
+        settings=WebSettings(loop_share=0.2),
+        trusted=(),
+        observe=None,
+        engine_behind=ports.engine_behind,
+    )
+    assert shared.budget_wait(10.0) == 0.0
+    shared.used = 0.9 * _BUDGET_WINDOW
+    assert shared.budget_wait(10.0 + 0.5 * _BUDGET_WINDOW) == 0.0
