@@ -14,7 +14,7 @@ One generation hands over to the next without a client noticing: the parent fork
 reader (which starts accepting on the same listening socket as soon as its loop runs) and, once
 the new one reports that it does (``ready``), tells the old one to retire and gives it the new
 one's inbox; until then the old one answers as before, so no connection waits for a reader
-still starting (2-18 ms at 1M players under load, ``_READY_TIMEOUT`` at most). The old reader
+still starting (2-14 ms at 1M players under load, ``_READY_TIMEOUT`` at most). The old reader
 stops accepting, answers what it holds,
 and moves every keep-alive connection as a bare fd (``SCM_RIGHTS``) once it is between requests,
 with the rest of its idle deadline; the kernel keeps any bytes the client sent meanwhile in the
