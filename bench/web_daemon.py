@@ -322,7 +322,7 @@ def load_child(
     seconds: float,
     conns: int,
     only: tuple[str, ...],
-    latencies: str | None = None,
+    latencies: Path | None = None,
 ) -> None:
     """One phase's load: through bench/qload.c at ``exe``, or the asyncio generator."""
     import uvloop  # noqa: PLC0415
@@ -339,7 +339,7 @@ def load_child(
                     rps=rps,
                     seconds=seconds,
                     conns=conns,
-                    latencies=None if latencies is None else Path(latencies),
+                    latencies=latencies,
                 )
             )
             return
@@ -385,7 +385,7 @@ def qload_run(
         rows = np.fromfile(res_file, dtype=np.float64).reshape(-1, 3)
     answered = rows[:, 1] > 0  # a request never answered keeps its zeros
     if latencies is not None:
-        write_latencies(latencies, [k for k, _ in reqs], rows, rps, conns)
+        write_latencies(latencies, [k for k, _ in reqs], rows, answered, rps=rps, conns=conns)
     lat: dict[str, list[float]] = {}
     late: dict[str, list[float]] = {}
     for (k, _), (latency, lag, _err), ok in zip(reqs, rows.tolist(), answered.tolist(), strict=True):
@@ -416,7 +416,9 @@ def qload_run(
     }
 
 
-def write_latencies(path: Path, kinds: list[str], rows: Any, rps: float, conns: int) -> None:
+def write_latencies(
+    path: Path, kinds: list[str], rows: Any, answered: Any, *, rps: float, conns: int
+) -> None:
     """Every request of a phase as one CSV line, in the order due: when it was due (seconds into
     the window), its kind and connection, its latency from its write and from when it was due
     (ms; empty if never answered), and its status (HTTP) or error flag (query port). A p99 is
@@ -424,8 +426,9 @@ def write_latencies(path: Path, kinds: list[str], rows: Any, rps: float, conns: 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
         f.write("due_s,kind,connection,client_ms,from_due_ms,status\n")
-        for j, (kind, (latency, lag, code)) in enumerate(zip(kinds, rows.tolist(), strict=True)):
-            ok = lag > 0
+        for j, (kind, (latency, lag, code), ok) in enumerate(
+            zip(kinds, rows.tolist(), answered.tolist(), strict=True)
+        ):
             client = f"{1e3 * latency:.4f}" if ok else ""
             late = f"{1e3 * lag:.4f}" if ok else ""
             status = int(code) if ok else ""
@@ -593,7 +596,7 @@ class Phase:
                         "seconds": seconds,
                         "conns": conns,
                         "only": only,
-                        "latencies": None if latencies is None else str(latencies),
+                        "latencies": latencies,
                     },
                     daemon=True,
                 )

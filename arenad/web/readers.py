@@ -203,12 +203,10 @@ class ReaderPool:
             return
         reader.ready = True
         old, reader.replaces = reader.replaces, None
-        if old is not None and old.exited and old.pid > 0:
-            self._retired.append(old)  # ended meanwhile, not reaped yet: _reap finds it there
-        elif old is not None and not old.exited:
-            old.retiring = True
-            old.retired_at = time.monotonic()
-            self._retired.append(old)
+        if old is not None and old.exited:
+            self._to_reap(old)  # ended meanwhile
+        elif old is not None:
+            self._retire(old)
             try:
                 assert reader.inbox is not None
                 socket.send_fds(old.control, [b"retire"], [reader.inbox.fileno()])
@@ -306,8 +304,7 @@ class ReaderPool:
             if reader.inbox is not None:
                 reader.inbox.close()
                 reader.inbox = None
-            if reader.pid > 0:
-                self._retired.append(reader)  # in no slot now: _reap must still find it
+            self._to_reap(reader)  # in no slot now
             self._restore(reader, old)
             # What the new one was to show is still due, urgent changes included: fork again,
             # a respawn's spacing later.
@@ -323,17 +320,25 @@ class ReaderPool:
         ready, unless it shows what an urgent change has changed since its fork (privacy: a hide
         must not be undone by a failing fork): then it stops too and the slot waits for a fork."""
         if old.exited:
-            if old.pid > 0:
-                self._retired.append(old)
+            self._to_reap(old)
             return
         if failed in self._slots and old.urgent == self.urgent():
             self._slots[self._slots.index(failed)] = old
             return
         log.warning("web_reader_killed", pid=old.pid, reason="stale after an urgent change")
-        old.retiring = True
-        old.retired_at = time.monotonic()  # SIGKILL after retire_limit if SIGTERM does not end it
-        self._retired.append(old)
+        self._retire(old)  # SIGKILL after retire_limit if SIGTERM does not end it
         self._kill(old)
+
+    def _retire(self, r: _Reader) -> None:
+        """``r`` is on its way out: counted from now against ``retire_limit``, reaped when gone."""
+        r.retiring = True
+        r.retired_at = time.monotonic()
+        self._retired.append(r)
+
+    def _to_reap(self, r: _Reader) -> None:
+        """``r`` has ended but sits in no slot: keep it where ``_reap`` looks until it is waited for."""
+        if r.pid > 0:
+            self._retired.append(r)
 
     def _everyone(self) -> list[_Reader]:
         """Every reader not yet reaped: retired, in a slot, or answering until its successor is ready."""
