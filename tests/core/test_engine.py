@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import platform
 import random
+import shutil
+import subprocess
+import sys
 from dataclasses import replace
+from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -346,6 +352,53 @@ class TestIdsOf:
             assert eng.ids_of(names).tolist() == expected  # the Python reference
         finally:
             engine_module._c_ids_of = native  # type: ignore[attr-defined]
+
+    @settings(max_examples=150, deadline=None)
+    @given(
+        size=st.sampled_from([0, 3, 150, 300, 50_000]),  # index slots of 1, 2 and 4 bytes
+        deleted=st.integers(0, 40),
+        asked=st.lists(st.integers(-50, 60_000), max_size=140),  # past a chunk of 32, several times
+        kind=st.sampled_from(["str keys", "a non-str key", "a subclass"]),
+        seed=st.integers(0, 2**32),
+    )
+    def test_the_warmed_lookup_answers_as_the_dict_does(
+        self, size: int, deleted: int, asked: list[int], kind: str, seed: int
+    ) -> None:
+        """The C lookup walks the dict's tables ahead of its lookups (CPython 3.11's layout): on
+        every kind of dict and index width, with deleted entries (dummy slots) and absent names,
+        its answer is the dict's own."""
+        from arenad.core._ladder import ids_of  # built by scripts/test (test_native_ladder)
+
+        rng = random.Random(seed)
+        index: dict[Any, int] = {f"p{k}·{rng.random():.3f}": k for k in range(size)}
+        names = list(index)
+        for name in rng.sample(names, min(deleted, len(names))):
+            del index[name]
+        if kind == "a non-str key":
+            index[12345] = 7  # a general (not str-only) table: looked up without the walk
+        elif kind == "a subclass":
+            index = type("Index", (dict,), {})(index)
+        every = [*names, "", "<script>", "\u202e;quit"]
+        query = [every[k % len(every)] if k >= 0 else f"absent{k}" for k in asked]
+        query = [q.encode().decode() for q in query]  # fresh strings: equal, not the keys themselves
+        got = np.frombuffer(ids_of(index, query), dtype=np.int64).tolist()
+        assert got == [index.get(q, -1) for q in query]
+
+    def test_the_built_lookup_keeps_its_prefetches(self) -> None:
+        """GCC once dropped the cache walk of ids_of whole (a static function of prefetches only
+        looks pure to it) under pip's -DNDEBUG while a plain build kept it: the shipped module
+        must hold the prefetch instructions (binutils comes with the gcc scripts/test installs)."""
+        import arenad.core._ladder as native  # built by scripts/test (test_native_ladder)
+
+        if sys.version_info[:2] != (3, 11):
+            return  # the walk reads CPython 3.11's dict layout; other versions use the plain loop
+        objdump = shutil.which("objdump")
+        assert objdump is not None, "objdump (binutils) is missing: scripts/test installs gcc"
+        code = subprocess.run(
+            [objdump, "-d", native.__file__], capture_output=True, text=True, check=True
+        ).stdout
+        op = {"x86_64": "prefetch", "aarch64": "prfm"}.get(platform.machine())
+        assert op is None or op in code, f"no {op} in {native.__file__}: rebuild with ./scripts/bootstrap"
 
     def test_the_c_lookup_refuses_what_is_not_a_name(self) -> None:
         from arenad.core._ladder import ids_of  # built by scripts/test (test_native_ladder)
