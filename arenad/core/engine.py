@@ -1785,11 +1785,12 @@ class Engine:
 
     def _ladder_from_ratings(self) -> PyLadder | NativeLadder:
         """A ladder index built from the ratings: (-r, id) in the index's order, rating then id,
-        sorted by numpy first (a million players: 0.6 s instead of 2.5 s for the index to sort
-        them as tuples; the index's own sort then only confirms the order)."""
+        sorted by numpy and handed over as two columns (``Ladder.from_sorted``, which checks the
+        order): a million players in ~0.1 s, against 0.6 s through a list of (key, id) tuples
+        that the index sorted again, and 2.5 s for it to sort them unsorted."""
         keys = -np.frombuffer(self._r, dtype=np.float64)
         order = np.lexsort((np.arange(keys.size), keys))
-        return Ladder(zip(keys[order].tolist(), order.tolist(), strict=True))
+        return Ladder.from_sorted(keys[order], order.astype(np.int64, copy=False))
 
     def view(self, i: int) -> PlayerView:
         return PlayerView(

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 
 class PyLadder:
@@ -42,6 +43,33 @@ class PyLadder:
             self._ids.append(array("q", [i for _, i in chunk]))
             self._maxes.append(chunk[-1][0])
         self._len = len(ordered)
+
+    @classmethod
+    def from_sorted(cls, keys: Sequence[float] | Any, ids: Sequence[int] | Any, load: int = 1000) -> PyLadder:
+        """A ladder of entries already in its order (``keys[i], ids[i]``), checked rather than
+        sorted: each entry must come strictly after the one before it, key then id (so no NaN
+        key and no entry twice), each id in 0..2**32-1. The C ladder's ``from_sorted``, whose
+        reference this is (tests/core/test_native_ladder.py)."""
+        if load < 1:
+            raise ValueError("load must be >= 1")
+        ks = keys.tolist() if hasattr(keys, "tolist") else list(keys)
+        ps = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        if len(ks) != len(ps):
+            raise ValueError("from_sorted: keys (float64) and ids (int64) must have the same length")
+        for i, (k, p) in enumerate(zip(ks, ps, strict=True)):
+            if not 0 <= p <= 0xFFFFFFFF:
+                raise OverflowError(f"from_sorted: player id {p} does not fit in 32 bits")
+            if i and not (ks[i - 1] < k or (ks[i - 1] == k and ps[i - 1] < p)):
+                raise ValueError(f"from_sorted: entry {i} is not after the one before it (key, then id)")
+        if ks and ks[0] != ks[0]:
+            raise ValueError("from_sorted: entry 0 has a NaN key")
+        lad = cls(load=load)
+        for start in range(0, len(ks), load):
+            lad._keys.append(array("d", ks[start : start + load]))
+            lad._ids.append(array("q", ps[start : start + load]))
+            lad._maxes.append(ks[min(start + load, len(ks)) - 1])
+        lad._len = len(ks)
+        return lad
 
     def __len__(self) -> int:
         return self._len

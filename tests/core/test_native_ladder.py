@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +24,7 @@ keys = st.sampled_from([-3.5, -1.0, 0.0, 0.25, 1.0, 2.0, 1e9]) | st.floats(-1e6,
 ids = st.integers(min_value=0, max_value=60)
 
 
-def native_ladder() -> type:
+def native_ladder() -> type[NativeLadder]:
     from arenad.core._ladder import Ladder
 
     return Ladder
@@ -145,9 +146,9 @@ def test_ranks_refuses_what_is_not_a_list_of_floats() -> None:
     assert c.ranks([]) == []
     assert c.ranks([0.5, 1.0, 1.5, 9.0]) == [1, 1, 2, 3]
     with pytest.raises(TypeError):
-        c.ranks(3.0)
+        c.ranks(3.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        c.ranks([1.0, "x"])
+        c.ranks([1.0, "x"])  # type: ignore[list-item]
 
 
 @settings(max_examples=200, deadline=None)
@@ -205,3 +206,68 @@ def test_ranks_refuses_ids_that_are_not_int64_or_do_not_match() -> None:
     with pytest.raises(ValueError):
         c.ranks([1.0, 2.0], np.array([1], dtype=np.int64))
     assert c.ranks([1.0], None) == [1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    entries=st.dictionaries(ids, st.sampled_from([-2.0, -0.0, 0.0, 1.0]) | keys, max_size=120),
+    load=st.integers(min_value=1, max_value=12),
+    ops=st.lists(st.tuples(st.sampled_from(["add", "move"]), keys, ids), max_size=40),
+)
+def test_from_sorted_builds_what_the_constructor_builds(
+    entries: dict[int, float], load: int, ops: list[tuple[str, float, int]]
+) -> None:
+    """Ladder.from_sorted (the engine's rebuild from its ratings, in order already) against the
+    constructor that sorts (key, id) tuples, C and Python alike, and every later operation too."""
+    pairs = sorted((k, i) for i, k in entries.items())
+    k_col = np.array([k for k, _ in pairs], dtype=np.float64)
+    i_col = np.array([i for _, i in pairs], dtype=np.int64)
+    built = [cls.from_sorted(k_col, i_col, load=load) for cls in (PyLadder, native_ladder())]
+    sorted_by_init = [cls(pairs, load=load) for cls in (PyLadder, native_ladder())]
+    for lad in built:
+        assert state(lad) == state(sorted_by_init[0])
+        assert [np.signbit(k) for k, _ in lad.entries()] == [np.signbit(k) for k, _ in pairs]  # -0.0 kept
+    key = {i: k for k, i in pairs}  # each entry's key, by id
+    every = [*built, *sorted_by_init]
+    for op, k, i in ops:
+        if op == "add" and i + 1000 not in key:  # a newcomer
+            for lad in every:
+                lad.add(k, i + 1000)
+            key[i + 1000] = k
+        elif op == "move" and i in key:
+            for lad in every:
+                lad.move(key[i], k, i)
+            key[i] = k
+        assert all(state(lad) == state(built[0]) for lad in every)
+        if key:
+            probe = sorted(key.values())[len(key) // 2]
+            assert len({lad.count_below(probe) for lad in every}) == 1
+
+
+def test_from_sorted_refuses_what_is_not_in_order() -> None:
+    """The order is checked, not trusted: a swapped pair, a repeated entry, a NaN key anywhere,
+    an id outside 32 bits or columns of other lengths or types are refused, C and Python alike."""
+    ok_k = np.array([-3.0, -1.0, -1.0, 2.0])
+    ok_i = np.array([5, 1, 4, 0], dtype=np.int64)
+    bad: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], type[Exception]]] = [
+        (np.array([-1.0, -3.0]), np.array([1, 2], dtype=np.int64), ValueError),  # keys swapped
+        (np.array([-1.0, -1.0]), np.array([4, 1], dtype=np.int64), ValueError),  # ids swapped
+        (np.array([-1.0, -1.0]), np.array([4, 4], dtype=np.int64), ValueError),  # one entry twice
+        (np.array([np.nan]), np.array([1], dtype=np.int64), ValueError),
+        (np.array([-1.0, np.nan, 2.0]), np.array([1, 2, 3], dtype=np.int64), ValueError),
+        (np.array([-1.0]), np.array([1 << 32], dtype=np.int64), OverflowError),
+        (np.array([-1.0]), np.array([-1], dtype=np.int64), OverflowError),
+        (np.array([-1.0, 2.0]), np.array([1], dtype=np.int64), ValueError),
+    ]
+    for cls in (PyLadder, native_ladder()):
+        assert list(cls.from_sorted(ok_k, ok_i)) == [5, 1, 4, 0]
+        assert len(cls.from_sorted(np.array([]), np.array([], dtype=np.int64))) == 0
+        for k_col, i_col, error in bad:
+            with pytest.raises(error):
+                cls.from_sorted(k_col, i_col)
+        with pytest.raises(ValueError):
+            cls.from_sorted(ok_k, ok_i, load=0)
+    with pytest.raises(TypeError):  # the C ladder reads the two columns' memory as they are
+        native_ladder().from_sorted(ok_k.astype(np.float32), ok_i)
+    with pytest.raises(TypeError):
+        native_ladder().from_sorted(ok_k, ok_i.astype(np.int32))
