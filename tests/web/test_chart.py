@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
 
-from arenad.web.chart import MAX_POINTS, history_svg, thin
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arenad.web.chart import HEIGHT, MAX_POINTS, WIDTH, history_svg, thin
 from arenad.web.port import HistoryPoint
 
 
@@ -43,3 +48,48 @@ class TestChart:
         flat = [HistoryPoint(1.7e9 + i, 1000.0, 1000.0, None) for i in range(3)]
         for pts in (points(1), flat):
             ET.fromstring(history_svg(pts, "x"))
+
+
+def reference_points(xs: list[int], ys: list[int]) -> str:
+    """The polyline's points as the chart formatted them before its lookup tables."""
+    return " ".join([f"{a},{b}" for a, b in zip(xs, ys, strict=True)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 1e6),
+            st.floats(-1e4, 1e4),
+            st.floats(-1e4, 1e4) | st.just(-math.inf),
+        ),
+        min_size=1,
+        max_size=700,
+    )
+)
+def test_the_lines_are_the_points_as_formatted_one_by_one(raw: list[tuple[float, float, float]]) -> None:
+    """The looked-up coordinate texts give the f-string-per-point markup, point for point (a
+    display of -inf draws at the rating), and every point lies inside the box."""
+    pts = [HistoryPoint(1.7e9 + dt, r, d, None) for dt, r, d in sorted(raw)]
+    root = ET.fromstring(history_svg(pts, "x"))
+    drawn = thin(pts)
+    t = np.array([p.t for p in drawn])
+    rating = np.array([p.rating for p in drawn])
+    display = np.array([p.display for p in drawn])
+    display = np.where(np.isfinite(display), display, rating)
+    lo, hi = float(min(rating.min(), display.min())), float(max(rating.max(), display.max()))
+    if hi - lo < 1e-9:
+        lo, hi = lo - 1.0, hi + 1.0
+    span = float(t[-1] - t[0]) if t[-1] > t[0] else 1.0
+    w, h = WIDTH - 60 - 12, HEIGHT - 14 - 34
+    xs = np.rint(60 + (t - t[0]) / span * w).astype(np.int64).tolist()
+    want = [
+        reference_points(xs, np.rint(14 + (hi - v) / (hi - lo) * h).astype(np.int64).tolist())
+        for v in (display, rating)
+    ]
+    lines = root.findall("{http://www.w3.org/2000/svg}polyline")
+    assert [line.attrib["points"] for line in lines] == want
+    for line in lines:
+        for pair in line.attrib["points"].split():
+            x, y = map(int, pair.split(","))
+            assert 0 <= x <= WIDTH and 0 <= y <= HEIGHT
