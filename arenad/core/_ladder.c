@@ -13,6 +13,9 @@ static inline int lt(double k1, uint32_t i1, double k2, uint32_t i2) {
     return k1 < k2 || (k1 == k2 && i1 < i2);
 }
 
+/* The largest block load: a block's capacity is 3 load + 2 entries, which must not overflow. */
+#define LOAD_MAX (1 << 24)
+
 static int block_alloc(LadderObject *self, Block *b) {
     /* A block holds at most 2 load entries between calls; a merge may reach 2.5 load before
      * it splits again (as in the Python Ladder). */
@@ -563,8 +566,8 @@ static int Ladder_init(LadderObject *self, PyObject *args, PyObject *kwds) {
     PyObject *entries = NULL;
     Py_ssize_t load = 1000;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|On", kwlist, &entries, &load)) return -1;
-    if (load < 1) {
-        PyErr_SetString(PyExc_ValueError, "load must be >= 1");
+    if (load < 1 || load > LOAD_MAX) {
+        PyErr_Format(PyExc_ValueError, "load must be between 1 and %d", LOAD_MAX);
         return -1;
     }
     self->load = load;
@@ -625,6 +628,10 @@ static PyObject *Ladder_from_sorted(PyTypeObject *type, PyObject *args, PyObject
     Py_ssize_t load = 1000;
     LadderObject *self = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|n", kwlist, &kobj, &iobj, &load)) return NULL;
+    if (load < 1 || load > LOAD_MAX) {
+        PyErr_Format(PyExc_ValueError, "load must be between 1 and %d", LOAD_MAX);
+        return NULL;
+    }
     if (PyObject_GetBuffer(kobj, &kb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
     if (PyObject_GetBuffer(iobj, &ib, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyBuffer_Release(&kb);
@@ -634,12 +641,8 @@ static PyObject *Ladder_from_sorted(PyTypeObject *type, PyObject *args, PyObject
         PyErr_SetString(PyExc_TypeError, "from_sorted: keys must be a buffer of float64 and ids of int64");
         goto fail;
     }
-    if (load < 1) {
-        PyErr_SetString(PyExc_ValueError, "load must be >= 1");
-        goto fail;
-    }
-    if (kb.len != ib.len) {
-        PyErr_SetString(PyExc_ValueError, "from_sorted: keys (float64) and ids (int64) must have the same length");
+    if (kb.ndim != 1 || ib.ndim != 1 || kb.len != ib.len) {
+        PyErr_SetString(PyExc_ValueError, "from_sorted: keys and ids must be two columns of the same length");
         goto fail;
     }
     Py_ssize_t n = kb.len / (Py_ssize_t)sizeof(double);
@@ -650,14 +653,14 @@ static PyObject *Ladder_from_sorted(PyTypeObject *type, PyObject *args, PyObject
             PyErr_Format(PyExc_OverflowError, "from_sorted: player id %lld does not fit in 32 bits", (long long)ids[i]);
             goto fail;
         }
+        if (keys[i] != keys[i]) {
+            PyErr_Format(PyExc_ValueError, "from_sorted: entry %zd has a NaN key", i);
+            goto fail;
+        }
         if (i && !(keys[i - 1] < keys[i] || (keys[i - 1] == keys[i] && ids[i - 1] < ids[i]))) {
             PyErr_Format(PyExc_ValueError, "from_sorted: entry %zd is not after the one before it (key, then id)", i);
             goto fail;
         }
-    }
-    if (n && keys[0] != keys[0]) { /* a lone NaN key: no neighbour to compare it with */
-        PyErr_SetString(PyExc_ValueError, "from_sorted: entry 0 has a NaN key");
-        goto fail;
     }
     self = (LadderObject *)type->tp_alloc(type, 0);
     if (!self) goto fail;

@@ -15,13 +15,18 @@
  * header, and falls back to the plain loop on any other version or kind of dict). */
 #include "_native.h"
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && defined(__GNUC__)
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && defined(__GNUC__) && defined(__has_include)
+#if __has_include("internal/pycore_dict.h") /* a distribution may ship Python.h without it */
 #define LOOKUP_PREFETCH 1
 #ifndef Py_BUILD_CORE
 #define Py_BUILD_CORE
+#define LOOKUP_DEFINED_BUILD_CORE
 #endif
 #include "internal/pycore_dict.h"
+#ifdef LOOKUP_DEFINED_BUILD_CORE
 #undef Py_BUILD_CORE
+#endif
+#endif
 #endif
 
 #define CHUNK 32 /* lookups in flight: 32 x ~4 lines stays well inside L1d + L2 */
@@ -86,10 +91,12 @@ static PyObject *ids_of(PyObject *module, PyObject *const *args, Py_ssize_t narg
     if (nargs != 2 || !PyDict_Check(args[0]))
         return PyErr_Format(PyExc_TypeError, "ids_of(index: dict, names: sequence of str)");
     PyObject *index = args[0];
-    PyObject *seq = PySequence_Fast(args[1], "ids_of: names must be a sequence");
+    /* A tuple of our own: a list handed in could be changed under us by any Python code that
+     * runs in a lookup (a general table's key's __eq__), leaving ``items`` dangling. */
+    PyObject *seq = PySequence_Tuple(args[1]);
     if (seq == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
     if (out == NULL) goto fail;
     int64_t *dst = (int64_t *)PyBytes_AS_STRING(out);
@@ -102,17 +109,17 @@ static PyObject *ids_of(PyObject *module, PyObject *const *args, Py_ssize_t narg
         }
         if (PyObject_Hash(items[i]) == -1) goto fail; /* cached in the str from here on */
     }
-#ifdef LOOKUP_PREFETCH
-    /* Only a combined table of str keys has the layout warm() reads (PyDict_CheckExact: a
-     * subclass may keep its keys elsewhere). Nothing runs Python code between here and the
-     * lookups of the chunk, so the tables warm() reads are the ones they use. */
-    PyDictObject *mp = (PyDictObject *)index;
-    int can_warm = PyDict_CheckExact(index) && mp->ma_values == NULL && mp->ma_keys->dk_kind == DICT_KEYS_UNICODE;
-#endif
     for (Py_ssize_t base = 0; base < n; base += CHUNK) {
         Py_ssize_t end = base + CHUNK < n ? base + CHUNK : n;
 #ifdef LOOKUP_PREFETCH
-        if (can_warm) warm(mp, items + base, end - base);
+        /* Only a combined table of str keys has the layout warm() reads (PyDict_CheckExact: a
+         * subclass may keep its keys elsewhere), asked again for each chunk. In such a table a
+         * lookup of an exact str compares str with str and the ids must be exact ints, so no
+         * Python code runs from here to the chunk's last lookup: the tables warm() reads are the
+         * ones they use. */
+        PyDictObject *mp = (PyDictObject *)index;
+        if (PyDict_CheckExact(index) && mp->ma_values == NULL && mp->ma_keys->dk_kind == DICT_KEYS_UNICODE)
+            warm(mp, items + base, end - base);
 #endif
         for (Py_ssize_t i = base; i < end; i++) {
             PyObject *v = PyDict_GetItemWithError(index, items[i]); /* borrowed: nothing written */
@@ -120,6 +127,11 @@ static PyObject *ids_of(PyObject *module, PyObject *const *args, Py_ssize_t narg
                 if (PyErr_Occurred()) goto fail;
                 dst[i] = -1;
                 continue;
+            }
+            /* Exactly int: another value's __index__ would be Python code inside the lookup. */
+            if (!PyLong_CheckExact(v)) {
+                PyErr_Format(PyExc_TypeError, "ids_of: the index holds a %.100s, not an int id", Py_TYPE(v)->tp_name);
+                goto fail;
             }
             long long id = PyLong_AsLongLong(v);
             if (id == -1 && PyErr_Occurred()) goto fail;

@@ -19,10 +19,34 @@ kept up to date afterwards, so rank is O(log P) and so is an update.
 
 from __future__ import annotations
 
+import math
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, cast
+
+#: The largest block load (the C ladder's: a block's capacity of 3 load + 2 must not overflow).
+LOAD_MAX = 1 << 24
+
+
+def _check_load(load: int) -> None:
+    if not 1 <= load <= LOAD_MAX:
+        raise ValueError(f"load must be between 1 and {LOAD_MAX}")
+
+
+def _buffer(obj: Any) -> memoryview:
+    """``obj``'s buffer, refused as the C ladder's ``from_sorted`` refuses it: TypeError without
+    one, ValueError when it is not C-contiguous."""
+    view = memoryview(obj)
+    if not view.c_contiguous:
+        view.release()
+        raise ValueError("from_sorted: the columns must be C-contiguous")
+    return view
+
+
+def _is(view: memoryview, code: str) -> bool:
+    fmt = view.format[1:] if view.format[:1] in ("@", "=") else view.format
+    return view.itemsize == 8 and fmt == code
 
 
 class PyLadder:
@@ -31,6 +55,7 @@ class PyLadder:
     __slots__ = ("_fenwick", "_ids", "_keys", "_len", "_load", "_maxes")
 
     def __init__(self, entries: Iterable[tuple[float, int]] = (), load: int = 1000) -> None:
+        _check_load(load)
         self._load = load
         self._keys: list[array[float]] = []
         self._ids: list[array[int]] = []
@@ -45,24 +70,28 @@ class PyLadder:
         self._len = len(ordered)
 
     @classmethod
-    def from_sorted(cls, keys: Sequence[float] | Any, ids: Sequence[int] | Any, load: int = 1000) -> PyLadder:
-        """A ladder of entries already in its order (``keys[i], ids[i]``), checked rather than
-        sorted: each entry must come strictly after the one before it, key then id (so no NaN
-        key and no entry twice), each id in 0..2**32-1. The C ladder's ``from_sorted``, whose
-        reference this is (tests/core/test_native_ladder.py)."""
-        if load < 1:
-            raise ValueError("load must be >= 1")
-        ks = keys.tolist() if hasattr(keys, "tolist") else list(keys)
-        ps = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        if len(ks) != len(ps):
-            raise ValueError("from_sorted: keys (float64) and ids (int64) must have the same length")
+    def from_sorted(cls, keys: Any, ids: Any, load: int = 1000) -> PyLadder:
+        """A ladder of entries already in its order (``keys[i], ids[i]``: a C-contiguous column
+        of float64 and one of int64, as numpy's or array's), checked rather than sorted: each
+        entry must come strictly after the one before it, key then id (so no NaN key and no
+        entry twice), each id in 0..2**32-1. The C ladder's ``from_sorted``, refusing what it
+        refuses (tests/core/test_native_ladder.py)."""
+        _check_load(load)
+        # In the C ladder's order of checks, so both refuse the same input with the same error.
+        with _buffer(keys) as kv, _buffer(ids) as iv:
+            if not (_is(kv, "d") and (_is(iv, "q") or _is(iv, "l"))):
+                raise TypeError("from_sorted: keys must be a buffer of float64 and ids of int64")
+            if kv.ndim != 1 or iv.ndim != 1 or kv.nbytes != iv.nbytes:
+                raise ValueError("from_sorted: keys and ids must be two columns of the same length")
+            ks = cast("list[float]", kv.tolist())  # a "d" buffer: floats
+            ps: list[int] = iv.tolist()
         for i, (k, p) in enumerate(zip(ks, ps, strict=True)):
             if not 0 <= p <= 0xFFFFFFFF:
                 raise OverflowError(f"from_sorted: player id {p} does not fit in 32 bits")
+            if math.isnan(k):
+                raise ValueError(f"from_sorted: entry {i} has a NaN key")
             if i and not (ks[i - 1] < k or (ks[i - 1] == k and ps[i - 1] < p)):
                 raise ValueError(f"from_sorted: entry {i} is not after the one before it (key, then id)")
-        if ks and ks[0] != ks[0]:
-            raise ValueError("from_sorted: entry 0 has a NaN key")
         lad = cls(load=load)
         for start in range(0, len(ks), load):
             lad._keys.append(array("d", ks[start : start + load]))

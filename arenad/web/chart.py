@@ -8,6 +8,7 @@ histories are thinned to evenly spaced samples, keeping the first and the last.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
@@ -31,7 +32,8 @@ _YS = tuple(str(v) for v in range(HEIGHT + 1))
 
 def _units(v: npt.NDArray[np.float64], top: int) -> list[int]:
     """``v`` rounded to whole units of the box, within 0..top."""
-    out: list[int] = np.clip(np.rint(v).astype(np.int64), 0, top).tolist()
+    # Clipped before the cast (a non-finite value has no integer), NaN at 0.
+    out: list[int] = np.clip(np.nan_to_num(np.rint(v), nan=0.0), 0, top).astype(np.int64).tolist()
     return out
 
 
@@ -59,7 +61,9 @@ def history_svg(points: Sequence[HistoryPoint], label: str) -> str:
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{title}" '
         f'xmlns="http://www.w3.org/2000/svg" preserveAspectRatio="xMidYMid meet"><title>{title}</title>'
     )
-    pts = thin(points)
+    # A point without a finite time and rating has no place on the chart (the engine's are
+    # finite; a damaged history must not break the page).
+    pts = thin([p for p in points if math.isfinite(p.t) and math.isfinite(p.rating)])
     if not pts:
         return (
             head + f'<text x="{WIDTH / 2:.0f}" y="{HEIGHT / 2:.0f}" text-anchor="middle" '
@@ -72,8 +76,9 @@ def history_svg(points: Sequence[HistoryPoint], label: str) -> str:
     t0, t1 = float(t[0]), float(t[-1])
     lo = float(min(rating.min(), display.min()))
     hi = float(max(rating.max(), display.max()))
-    if hi - lo < 1e-9:
-        lo, hi = lo - 1.0, hi + 1.0
+    if hi - lo < 1e-9:  # a flat history: a band around it (wider than a rounding step at ~1e16)
+        pad = max(1.0, abs(lo) * 1e-6)
+        lo, hi = lo - pad, hi + pad
     span_t = t1 - t0 if t1 > t0 else 1.0
     w = WIDTH - _PAD_L - _PAD_R
     h = HEIGHT - _PAD_T - _PAD_B
@@ -85,10 +90,12 @@ def history_svg(points: Sequence[HistoryPoint], label: str) -> str:
     # floats one by one cost ~1 ms for 500 points. Each unit's text is looked up, not formatted
     # (an f-string per point was a fifth of a player page), and clipped to the box, so even a
     # non-finite value cannot index past the tables.
-    x_text = [_XS[x] for x in _units(_PAD_L + (t - t0) / span_t * w, WIDTH)]
+    with np.errstate(all="ignore"):  # spans of ~1e308 overflow: _units clips what comes out
+        x_text = [_XS[x] for x in _units(_PAD_L + (t - t0) / span_t * w, WIDTH)]
 
     def line(values: npt.NDArray[np.float64]) -> str:
-        ys = map(_YS.__getitem__, _units(_PAD_T + (hi - values) / (hi - lo) * h, HEIGHT))
+        with np.errstate(all="ignore"):
+            ys = map(_YS.__getitem__, _units(_PAD_T + (hi - values) / (hi - lo) * h, HEIGHT))
         return " ".join(map(add, x_text, ys))
 
     rating_pts = line(rating)

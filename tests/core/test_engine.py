@@ -400,6 +400,40 @@ class TestIdsOf:
         op = {"x86_64": "prefetch", "aarch64": "prfm"}.get(platform.machine())
         assert op is None or op in code, f"no {op} in {native.__file__}: rebuild with ./scripts/bootstrap"
 
+    def test_no_python_code_changes_the_names_under_the_lookup(self) -> None:
+        """An id's own __index__ is refused before it can run; a general table's key may run
+        __eq__ inside a lookup, and then the names handed in may change under it: the lookup
+        works on its own copy of them (it read freed memory before)."""
+        from arenad.core._ladder import ids_of  # built by scripts/test (test_native_ladder)
+
+        names = ["a", "b"] * 40
+
+        class Sneaky:
+            def __index__(self) -> int:
+                names.clear()
+                return 1
+
+        with pytest.raises(TypeError):
+            ids_of({"a": Sneaky()}, names)  # type: ignore[dict-item]
+        assert len(names) == 80  # refused before __index__ ran
+
+        class Key:
+            def __hash__(self) -> int:
+                return hash("a")
+
+            def __eq__(self, other: object) -> bool:
+                names.clear()
+                # What the list held is freed: a lookup still reading it would read freed memory.
+                names.extend(object() for _ in range(100))  # type: ignore[misc]
+                return False
+
+        index = {Key(): 1, "a": 2}  # a general table (its __eq__ ran once here, on the insert)
+        names[:] = ["a"] * 80
+        found = ids_of(index, names)  # type: ignore[arg-type]
+        got = np.frombuffer(found, dtype=np.int64).tolist()
+        assert got == [2] * 80
+        assert len(names) == 100  # __eq__ did run inside the lookup
+
     def test_the_c_lookup_refuses_what_is_not_a_name(self) -> None:
         from arenad.core._ladder import ids_of  # built by scripts/test (test_native_ladder)
 

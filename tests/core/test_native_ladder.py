@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import shutil
 import sysconfig
+from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -246,28 +246,36 @@ def test_from_sorted_builds_what_the_constructor_builds(
 
 def test_from_sorted_refuses_what_is_not_in_order() -> None:
     """The order is checked, not trusted: a swapped pair, a repeated entry, a NaN key anywhere,
-    an id outside 32 bits or columns of other lengths or types are refused, C and Python alike."""
+    an id outside 32 bits, columns of other lengths, shapes, layouts or types, or a load out of
+    range are refused, by the C ladder and the Python one with the same error."""
     ok_k = np.array([-3.0, -1.0, -1.0, 2.0])
     ok_i = np.array([5, 1, 4, 0], dtype=np.int64)
-    bad: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], type[Exception]]] = [
-        (np.array([-1.0, -3.0]), np.array([1, 2], dtype=np.int64), ValueError),  # keys swapped
-        (np.array([-1.0, -1.0]), np.array([4, 1], dtype=np.int64), ValueError),  # ids swapped
-        (np.array([-1.0, -1.0]), np.array([4, 4], dtype=np.int64), ValueError),  # one entry twice
-        (np.array([np.nan]), np.array([1], dtype=np.int64), ValueError),
-        (np.array([-1.0, np.nan, 2.0]), np.array([1, 2, 3], dtype=np.int64), ValueError),
-        (np.array([-1.0]), np.array([1 << 32], dtype=np.int64), OverflowError),
-        (np.array([-1.0]), np.array([-1], dtype=np.int64), OverflowError),
-        (np.array([-1.0, 2.0]), np.array([1], dtype=np.int64), ValueError),
+    bad: list[tuple[object, object, int, type[Exception]]] = [
+        (np.array([-1.0, -3.0]), np.array([1, 2], dtype=np.int64), 9, ValueError),  # keys swapped
+        (np.array([-1.0, -1.0]), np.array([4, 1], dtype=np.int64), 9, ValueError),  # ids swapped
+        (np.array([-0.0, 0.0]), np.array([5, 3], dtype=np.int64), 9, ValueError),  # -0.0 == 0.0
+        (np.array([-1.0, -1.0]), np.array([4, 4], dtype=np.int64), 9, ValueError),  # one entry twice
+        (np.array([np.nan]), np.array([1], dtype=np.int64), 9, ValueError),
+        (np.array([-1.0, np.nan, 2.0]), np.array([1, 2, 3], dtype=np.int64), 9, ValueError),
+        (np.array([-1.0]), np.array([1 << 32], dtype=np.int64), 9, OverflowError),
+        (np.array([-1.0]), np.array([-1], dtype=np.int64), 9, OverflowError),
+        (np.array([-1.0, 2.0]), np.array([1], dtype=np.int64), 9, ValueError),
+        (ok_k.astype(np.float32), ok_i, 9, TypeError),
+        (ok_k, ok_i.astype(np.int32), 9, TypeError),
+        (ok_k, ok_i.astype(np.uint64), 9, TypeError),
+        (ok_k.tolist(), ok_i, 9, TypeError),  # no buffer
+        (ok_k.reshape(2, 2), ok_i.reshape(2, 2), 9, ValueError),
+        (np.array(1.0), np.array(1, dtype=np.int64), 9, ValueError),  # 0-d
+        (np.arange(8.0)[::2], ok_i, 9, ValueError),  # not contiguous
+        (ok_k, ok_i, 0, ValueError),
+        (ok_k, ok_i, (2**62 + 2) // 3, ValueError),  # a block's capacity would overflow
     ]
     for cls in (PyLadder, native_ladder()):
         assert list(cls.from_sorted(ok_k, ok_i)) == [5, 1, 4, 0]
+        assert list(cls.from_sorted(array("d", ok_k.tolist()), array("q", ok_i.tolist()))) == [5, 1, 4, 0]
         assert len(cls.from_sorted(np.array([]), np.array([], dtype=np.int64))) == 0
-        for k_col, i_col, error in bad:
+        for k_col, i_col, load, error in bad:
             with pytest.raises(error):
-                cls.from_sorted(k_col, i_col)
+                cls.from_sorted(k_col, i_col, load=load)
         with pytest.raises(ValueError):
-            cls.from_sorted(ok_k, ok_i, load=0)
-    with pytest.raises(TypeError):  # the C ladder reads the two columns' memory as they are
-        native_ladder().from_sorted(ok_k.astype(np.float32), ok_i)
-    with pytest.raises(TypeError):
-        native_ladder().from_sorted(ok_k, ok_i.astype(np.int32))
+            cls([(1.0, 1)], load=(2**62 + 2) // 3)

@@ -93,3 +93,22 @@ def test_the_lines_are_the_points_as_formatted_one_by_one(raw: list[tuple[float,
         for pair in line.attrib["points"].split():
             x, y = map(int, pair.split(","))
             assert 0 <= x <= WIDTH and 0 <= y <= HEIGHT
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(-1e9, 1e9), st.floats(allow_nan=True), st.floats(allow_nan=True)),
+        min_size=1,
+        max_size=50,
+    )
+)
+def test_any_history_draws_inside_the_box(raw: list[tuple[float, float, float]]) -> None:
+    """Times out of order, NaN, infinite or huge ratings: the chart is still XML (no warning
+    raised: the suite makes warnings errors) and every point lies inside the box."""
+    pts = [HistoryPoint(1.7e9 + dt, r, d, None) for dt, r, d in raw]
+    root = ET.fromstring(history_svg(pts, "x"))
+    for line in root.findall("{http://www.w3.org/2000/svg}polyline"):
+        for pair in line.attrib["points"].split():
+            x, y = map(int, pair.split(","))
+            assert 0 <= x <= WIDTH and 0 <= y <= HEIGHT
