@@ -657,7 +657,7 @@ static PyObject *Ladder_from_sorted(PyTypeObject *type, PyObject *args, PyObject
             PyErr_Format(PyExc_ValueError, "from_sorted: entry %zd has a NaN key", i);
             goto fail;
         }
-        if (i && !(keys[i - 1] < keys[i] || (keys[i - 1] == keys[i] && ids[i - 1] < ids[i]))) {
+        if (i && !lt(keys[i - 1], (uint32_t)ids[i - 1], keys[i], (uint32_t)ids[i])) { /* ids checked above */
             PyErr_Format(PyExc_ValueError, "from_sorted: entry %zd is not after the one before it (key, then id)", i);
             goto fail;
         }

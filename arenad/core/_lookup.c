@@ -34,8 +34,12 @@
 #ifdef LOOKUP_PREFETCH
 /* The first-probe entry index of ``hash`` in ``dk`` (perturbation comes after a collision, which
  * the plain lookup then follows from the cache as usual), or -1. */
+static inline size_t first_slot(PyDictKeysObject *dk, Py_hash_t hash) {
+    return (size_t)hash & (((size_t)1 << dk->dk_log2_size) - 1);
+}
+
 static inline Py_ssize_t first_index(PyDictKeysObject *dk, Py_hash_t hash) {
-    size_t i = (size_t)hash & (((size_t)1 << dk->dk_log2_size) - 1);
+    size_t i = first_slot(dk, hash);
     uint8_t lg = dk->dk_log2_size;
     Py_ssize_t ix;
     if (lg < 8)
@@ -50,8 +54,7 @@ static inline Py_ssize_t first_index(PyDictKeysObject *dk, Py_hash_t hash) {
 }
 
 static inline const void *slot_address(PyDictKeysObject *dk, Py_hash_t hash) {
-    size_t i = (size_t)hash & (((size_t)1 << dk->dk_log2_size) - 1);
-    return dk->dk_indices + (i << (dk->dk_log2_index_bytes - dk->dk_log2_size));
+    return dk->dk_indices + (first_slot(dk, hash) << (dk->dk_log2_index_bytes - dk->dk_log2_size));
 }
 
 /* Warm the cache for names[0..n) (n <= CHUNK), all of them one link at a time. */

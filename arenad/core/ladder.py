@@ -62,12 +62,16 @@ class PyLadder:
         self._maxes: list[float] = []  # the last key of each block
         self._fenwick: list[int] | None = None
         ordered = sorted(entries)
-        for start in range(0, len(ordered), load):
-            chunk = ordered[start : start + load]
-            self._keys.append(array("d", [k for k, _ in chunk]))
-            self._ids.append(array("q", [i for _, i in chunk]))
-            self._maxes.append(chunk[-1][0])
-        self._len = len(ordered)
+        self._fill([k for k, _ in ordered], [i for _, i in ordered])
+
+    def _fill(self, keys: list[float], ids: list[int]) -> None:
+        """Blocks of ``load`` entries from columns already in order (an empty ladder's)."""
+        load = self._load
+        for start in range(0, len(keys), load):
+            self._keys.append(array("d", keys[start : start + load]))
+            self._ids.append(array("q", ids[start : start + load]))
+            self._maxes.append(keys[min(start + load, len(keys)) - 1])
+        self._len = len(keys)
 
     @classmethod
     def from_sorted(cls, keys: Any, ids: Any, load: int = 1000) -> PyLadder:
@@ -93,11 +97,7 @@ class PyLadder:
             if i and not (ks[i - 1] < k or (ks[i - 1] == k and ps[i - 1] < p)):
                 raise ValueError(f"from_sorted: entry {i} is not after the one before it (key, then id)")
         lad = cls(load=load)
-        for start in range(0, len(ks), load):
-            lad._keys.append(array("d", ks[start : start + load]))
-            lad._ids.append(array("q", ps[start : start + load]))
-            lad._maxes.append(ks[min(start + load, len(ks)) - 1])
-        lad._len = len(ks)
+        lad._fill(ks, ps)
         return lad
 
     def __len__(self) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
 from operator import add
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -83,7 +84,7 @@ def history_svg(points: Sequence[HistoryPoint], label: str) -> str:
     w = WIDTH - _PAD_L - _PAD_R
     h = HEIGHT - _PAD_T - _PAD_B
 
-    def y(v: float) -> float:
+    def y(v: Any) -> Any:  # a value or an array of them
         return _PAD_T + (hi - v) / (hi - lo) * h
 
     # Whole units of a 640-wide box (under a CSS pixel on a phone), vectorised: formatting
@@ -91,15 +92,12 @@ def history_svg(points: Sequence[HistoryPoint], label: str) -> str:
     # (an f-string per point was a fifth of a player page), and clipped to the box, so even a
     # non-finite value cannot index past the tables.
     with np.errstate(all="ignore"):  # spans of ~1e308 overflow: _units clips what comes out
-        x_text = [_XS[x] for x in _units(_PAD_L + (t - t0) / span_t * w, WIDTH)]
-
-    def line(values: npt.NDArray[np.float64]) -> str:
-        with np.errstate(all="ignore"):
-            ys = map(_YS.__getitem__, _units(_PAD_T + (hi - values) / (hi - lo) * h, HEIGHT))
-        return " ".join(map(add, x_text, ys))
-
-    rating_pts = line(rating)
-    display_pts = line(display)
+        xs = _units(_PAD_L + (t - t0) / span_t * w, WIDTH)
+        ys_r = _units(y(rating), HEIGHT)
+        ys_d = _units(y(display), HEIGHT)
+    x_text = [_XS[x] for x in xs]
+    rating_pts = " ".join(map(add, x_text, map(_YS.__getitem__, ys_r)))
+    display_pts = " ".join(map(add, x_text, map(_YS.__getitem__, ys_d)))
     parts = [head]
     for v in (lo, (lo + hi) / 2, hi):  # three gridlines with their values
         parts.append(

@@ -100,6 +100,14 @@ class _Reader:
     urgent: object = None  # ReaderPool.urgent() when it was forked: what it shows of privacy
 
 
+def _drop_inbox(r: _Reader) -> None:
+    """Close the parent's send end of ``r``'s inbox (once sent to the reader it replaces, or
+    not needed any more)."""
+    if r.inbox is not None:
+        r.inbox.close()
+        r.inbox = None
+
+
 @dataclass
 class ReaderPool:
     """Forks and retires the readers; runs on the daemon's loop (``run``).
@@ -193,9 +201,8 @@ class ReaderPool:
 
     def _close_inboxes(self) -> None:
         for r in self._slots:  # the inbox's send end lives on only in the reader it was sent to
-            if r is not None and r.inbox is not None and r.replaces is None:
-                r.inbox.close()
-                r.inbox = None
+            if r is not None and r.replaces is None:
+                _drop_inbox(r)
 
     def _ready(self, reader: _Reader) -> None:
         """``reader`` accepts on its own loop: the one it replaces retires into it now."""
@@ -212,9 +219,7 @@ class ReaderPool:
                 socket.send_fds(old.control, [b"retire"], [reader.inbox.fileno()])
             except OSError:
                 self._kill(old)
-        if reader.inbox is not None:
-            reader.inbox.close()
-            reader.inbox = None
+        _drop_inbox(reader)
         self._wake.set()  # a generation that waited for this handover may go on
 
     def _stop_unready(self, now: float) -> None:
@@ -301,9 +306,7 @@ class ReaderPool:
         reader.exited = True
         old, reader.replaces = reader.replaces, None
         if old is not None:  # it ended before it was ready: the one it was to replace stays
-            if reader.inbox is not None:
-                reader.inbox.close()
-                reader.inbox = None
+            _drop_inbox(reader)
             self._to_reap(reader)  # in no slot now
             self._restore(reader, old)
             # What the new one was to show is still due, urgent changes included: fork again,
