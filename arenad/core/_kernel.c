@@ -50,13 +50,13 @@ enum {
     K_CLOCK, K_LATE, K_FILTERED, K_NACTIVE, K_SUM_ACTIVE, K_SUM_ALL, K_SUM_SIGMA, K_RLO, K_RHI,
     K_DELTA_A, K_DELTA_B, K_APPLIED, K_NAMES, K_IDS, K_COOLDOWN, K_LOG, K_EXPIRY, K_ACTIVE,
     K_LADDER, K_TIER, K_BOUNDS, K_CAL, K_CAL_INFO, K_CAL_N, K_QRING, K_QN, K_RECAL_APPLIED, K_LADDER_OK,
-    K_NEG_BOUNDS, K_TIER_COUNTS, K_TIER_CHANGES, NKEYS
+    K_NEG_BOUNDS, K_TIER_COUNTS, K_TIER_ACTIVE, K_TIER_CHANGES, NKEYS
 };
 static const char *const key_names[NKEYS] = {
     "clock", "late_applied", "filtered", "_n_active", "_sum_r_active", "_sum_r_all", "_sum_sigma",
     "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied", "names", "ids",
     "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier", "_bounds", "_cal", "_cal_info", "_cal_n", "_qring", "_qn", "recal_applied",
-    "_ladder_ok", "_neg_bounds", "_tier_counts", "tier_changes"};
+    "_ladder_ok", "_neg_bounds", "_tier_counts", "_tier_active", "tier_changes"};
 
 static PyObject *keys[NKEYS];
 static PyObject *col_keys[NCOLS];
@@ -100,6 +100,8 @@ typedef struct {
     double t_return_s, tau_s, drift_s, smax, smin, theta, lam, speak, speak2, eta_min, span;
     double rho_s, rho_v_w, gamma_phi, c_loss, dmax, inv_g2, lp, keep_phi;
     double late_tolerance, t_cooldown, sigma_place, h_req, active_window_s;
+    double h_toward, h_away;         /* ADRParams.tier_pull's two thresholds (tier_need) */
+    double tier_p[TIER_COUNT + 1];   /* 0, then the targets p_k (Engine._kc["tier_p"]) */
     double cal_keep, cal_warm, cal_mem, grace_s, repeat_w, farm_k;
     int64_t returning_events, wlen, s_max, n_act, n_min, max_players, recal_min_events;
     int corrected, pool_losses, decay_on, logistic, cap_decay, sweep_sigma, display_cap;
@@ -287,17 +289,51 @@ done:
     return res;
 }
 
+/* Engine._tier_counts[k] (or _tier_active[k]) += d; 0, or -1 with an error. The list is
+ * checked by the caller (tier_list). */
+static int tier_count_add(PyObject *counts, Py_ssize_t k, long d) {
+    PyObject *old = PyList_GET_ITEM(counts, k);
+    long n = PyLong_AsLong(old);
+    if (n == -1 && PyErr_Occurred()) return -1;
+    PyObject *v = PyLong_FromLong(n + d);
+    if (!v) return -1;
+    PyList_SET_ITEM(counts, k, v);
+    Py_DECREF(old);
+    return 0;
+}
+
+/* Engine._tier_counts (K_TIER_COUNTS) or _tier_active (K_TIER_ACTIVE) when C may read and
+ * change it: a list of TIER_COUNT + 1 exact ints; NULL (no error) when Python must, or with an
+ * error. */
+static PyObject *tier_list(KernelObject *self, int key) {
+    PyObject *counts = ITEM(key);
+    if (!counts) return NULL;
+    if (!PyList_CheckExact(counts) || PyList_GET_SIZE(counts) != TIER_COUNT + 1) return NULL;
+    for (Py_ssize_t k = 0; k <= TIER_COUNT; k++)
+        if (!PyLong_CheckExact(PyList_GET_ITEM(counts, k))) return NULL;
+    return counts;
+}
+
 /* Engine._activate(i, n, t, r_now) in C (§2.3): player i, at its n-th counted event, joins the
  * active set when the n_active-th latest of its events is within the look-back window: its
- * activity byte, the active count and sum, and (horizon, i) pushed on Engine._expiry by the
- * heapq module's own heappush. */
-static int activate(KernelObject *self, const double *aring, char *active, PyObject *expiry, Py_ssize_t i,
-                    int64_t n, double t, double r_now) {
+ * activity byte, the active count and sum, its tier's count of active players when it is placed,
+ * and (horizon, i) pushed on Engine._expiry by the heapq module's own heappush. */
+static int activate(KernelObject *self, const double *aring, char *active, const char *tier, PyObject *expiry,
+                    Py_ssize_t i, int64_t n, double t, double r_now) {
     double horizon = aring[i * self->n_act + n % self->n_act] + self->active_window_s;
     if (!(horizon > t)) return 0;
     long long n_active;
     double sum_active;
     if (get_int(self, K_NACTIVE, &n_active) < 0 || get_double(self, K_SUM_ACTIVE, &sum_active) < 0) return -1;
+    int k = (unsigned char)tier[i];
+    PyObject *tier_active = NULL;
+    if (k) {
+        tier_active = tier_list(self, K_TIER_ACTIVE);
+        if (!tier_active) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Engine._tier_active must be a list of 16 ints");
+            return -1;
+        }
+    }
     PyObject *entry = Py_BuildValue("(dn)", horizon, i);
     if (!entry) return -1;
     PyObject *args[2] = {expiry, entry};
@@ -308,7 +344,7 @@ static int activate(KernelObject *self, const double *aring, char *active, PyObj
     active[i] = 1;
     if (set_int(self, K_NACTIVE, n_active + 1) < 0 || set_double(self, K_SUM_ACTIVE, sum_active + r_now) < 0)
         return -1;
-    return 0;
+    return tier_active ? tier_count_add(tier_active, k, 1) : 0;
 }
 
 /* ---- the §2.1 cooldown in C ---- */
@@ -696,35 +732,17 @@ static int add_player(KernelObject *self, PyObject *name) {
     return 1;
 }
 
-/* Engine._tier_counts[k] += d; 0, or -1 with an error. The list is checked by the caller. */
-static int tier_count_add(PyObject *counts, Py_ssize_t k, long d) {
-    PyObject *old = PyList_GET_ITEM(counts, k);
-    long n = PyLong_AsLong(old);
-    if (n == -1 && PyErr_Occurred()) return -1;
-    PyObject *v = PyLong_FromLong(n + d);
-    if (!v) return -1;
-    PyList_SET_ITEM(counts, k, v);
-    Py_DECREF(old);
-    return 0;
-}
-
-/* The tier counts when tier_place and tier_move may change them in C: a list of TIER_COUNT + 1
- * exact ints; NULL (no error) when Python must, or with an error. */
-static PyObject *tier_counts(KernelObject *self) {
-    PyObject *counts = ITEM(K_TIER_COUNTS);
-    if (!counts) return NULL;
-    if (!PyList_CheckExact(counts) || PyList_GET_SIZE(counts) != TIER_COUNT + 1) return NULL;
-    for (Py_ssize_t k = 0; k <= TIER_COUNT; k++)
-        if (!PyLong_CheckExact(PyList_GET_ITEM(counts, k))) return NULL;
-    return counts;
-}
 
 /* Engine._move_tier(i, old, new): 1 when done, 0 when Python must (the counts' shape), -1 with
  * an error. */
-static int tier_move(KernelObject *self, PyObject *tier_obj, double *acc, Py_ssize_t i, int old, int new) {
-    PyObject *counts = tier_counts(self);
+static int tier_move(KernelObject *self, PyObject *tier_obj, const char *active, double *acc, Py_ssize_t i, int old,
+                     int new) {
+    PyObject *counts = tier_list(self, K_TIER_COUNTS);
     if (!counts) return PyErr_Occurred() ? -1 : 0;
+    PyObject *on = NULL;
+    if (active[i] && !(on = tier_list(self, K_TIER_ACTIVE))) return PyErr_Occurred() ? -1 : 0;
     if (tier_count_add(counts, old, -1) < 0 || tier_count_add(counts, new, 1) < 0) return -1;
+    if (on && (tier_count_add(on, old, -1) < 0 || tier_count_add(on, new, 1) < 0)) return -1;
     PyByteArray_AS_STRING(tier_obj)[i] = (char)new;
     acc[i] = 0.0;
     return increment(self, K_TIER_CHANGES) < 0 ? -1 : 1;
@@ -734,13 +752,16 @@ static int tier_move(KernelObject *self, PyObject *tier_obj, double *acc, Py_ssi
  * the tier 1 + bisect_left(Engine._neg_bounds, -r), its count, a zero accumulator. 1 when done,
  * 0 when Python must (_n0 set, bounds or counts of another shape), -1 with an error. The
  * caller has checked n_min and sigma_place against the event count since the engine began. */
-static int tier_place(KernelObject *self, PyObject *tier_obj, double *acc, Py_ssize_t i, double r) {
+static int tier_place(KernelObject *self, PyObject *tier_obj, const char *active, double *acc, Py_ssize_t i,
+                      double r) {
     PyObject *n0 = slot_at(self->engine, self->off_n0, s_n0);
     PyObject *neg = ITEM(K_NEG_BOUNDS);
     if (!n0 || !neg) return -1;
     if (n0 != Py_None || !PyList_CheckExact(neg)) return 0;
-    PyObject *counts = tier_counts(self);
+    PyObject *counts = tier_list(self, K_TIER_COUNTS);
     if (!counts) return PyErr_Occurred() ? -1 : 0;
+    PyObject *on = NULL;
+    if (active[i] && !(on = tier_list(self, K_TIER_ACTIVE))) return PyErr_Occurred() ? -1 : 0;
     double x = -r;
     Py_ssize_t lo = 0, hi = PyList_GET_SIZE(neg);
     while (lo < hi) { /* bisect_left, comparing floats as Python does */
@@ -752,10 +773,29 @@ static int tier_place(KernelObject *self, PyObject *tier_obj, double *acc, Py_ss
     }
     Py_ssize_t k = 1 + lo;
     if (k > TIER_COUNT) return 0;
-    if (tier_count_add(counts, k, 1) < 0) return -1;
+    if (tier_count_add(counts, k, 1) < 0 || (on && tier_count_add(on, k, 1) < 0)) return -1;
     PyByteArray_AS_STRING(tier_obj)[i] = (char)k;
     acc[i] = 0.0;
     return 1;
+}
+
+/* Engine._tier_threshold(old, new): the §6.4 accumulator a move between neighbouring tiers needs
+ * (ADRParams.tier_pull), the same numbers in the same order: h_toward when the source's excess
+ * of active placed players over p_k * N beats the destination's by more than one, else h_away.
+ * A negative value (no error) when Python must decide (_tier_active of another shape). */
+static double tier_need(KernelObject *self, int old, int new) {
+    if (self->h_toward == self->h_away) return self->h_toward;
+    PyObject *on = tier_list(self, K_TIER_ACTIVE);
+    if (!on) return -1.0;
+    long long c[TIER_COUNT + 1], n = 0;
+    for (int k = 0; k <= TIER_COUNT; k++) {
+        c[k] = PyLong_AsLongLong(PyList_GET_ITEM(on, k));
+        if (c[k] == -1 && PyErr_Occurred()) return -1.0;
+        n += c[k];
+    }
+    double nd = (double)n;
+    double x = ((double)c[old] - self->tier_p[old] * nd) - ((double)c[new] - self->tier_p[new] * nd);
+    return x > 1.0 ? self->h_toward : self->h_away;
 }
 
 /* attacker == victim as Python compares them; -1 with an error. Two ready exact strs are
@@ -1163,10 +1203,12 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
     aring[a * n_act + na % n_act] = t;
     aring[b * n_act + nb % n_act] = t;
     if (!active_a && na + 1 >= n_act &&
-        activate(self, aring, PyByteArray_AS_STRING(active_obj), expiry, a, na + 1, t, ra_new) < 0)
+        activate(self, aring, PyByteArray_AS_STRING(active_obj), PyByteArray_AS_STRING(tier_obj), expiry, a, na + 1,
+                 t, ra_new) < 0)
         return NULL;
     if (!active_b && nb + 1 >= n_act &&
-        activate(self, aring, PyByteArray_AS_STRING(active_obj), expiry, b, nb + 1, t, rb_new) < 0)
+        activate(self, aring, PyByteArray_AS_STRING(active_obj), PyByteArray_AS_STRING(tier_obj), expiry, b, nb + 1,
+                 t, rb_new) < 0)
         return NULL;
     /* §6.1 placement and §6.4 accumulators as Engine._tiers_after_event does them, inline
      * (same comparisons, same arithmetic), the placement and the move included (tier_place,
@@ -1187,28 +1229,33 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
                 continue;
             }
             double h = acc[i];
-            if (r >= upper) {
-                h = (h > 0.0 ? h : 0.0) + (r - upper);
-                if (!(h >= self->h_req)) {
-                    acc[i] = h;
-                    continue;
-                }
-            } else if (r < lower) {
-                h = (h < 0.0 ? -h : 0.0) + (lower - r);
-                if (!(h >= self->h_req)) {
-                    acc[i] = -h;
-                    continue;
-                }
-            }
             if (r >= upper || r < lower) { /* not a NaN: Python's else branch is its to take */
-                int moved = tier_move(self, tier_obj, acc, i, k, r >= upper ? k - 1 : k + 1);
-                if (moved < 0) return NULL;
-                if (moved) continue;
+                int to = r >= upper ? k - 1 : k + 1;
+                double need = tier_need(self, k, to);
+                if (PyErr_Occurred()) return NULL;
+                if (need >= 0.0) {
+                    if (r >= upper) {
+                        h = (h > 0.0 ? h : 0.0) + (r - upper);
+                        if (!(h >= need)) {
+                            acc[i] = h;
+                            continue;
+                        }
+                    } else {
+                        h = (h < 0.0 ? -h : 0.0) + (lower - r);
+                        if (!(h >= need)) {
+                            acc[i] = -h;
+                            continue;
+                        }
+                    }
+                    int moved = tier_move(self, tier_obj, PyByteArray_AS_STRING(active_obj), acc, i, k, to);
+                    if (moved < 0) return NULL;
+                    if (moved) continue;
+                }
             }
         } else if (counts[side] + 1 < self->n_min || !(s_new[side] <= self->sigma_place)) {
             continue;
         } else {
-            int placed = tier_place(self, tier_obj, dcol(col[C_H]), i, r);
+            int placed = tier_place(self, tier_obj, PyByteArray_AS_STRING(active_obj), dcol(col[C_H]), i, r);
             if (placed < 0) return NULL;
             if (placed) continue;
         }
@@ -1250,6 +1297,7 @@ static const struct {
     KC(display_cap, KC_BOOL),      KC(farm_k, KC_DOUBLE),        KC(late_tolerance, KC_DOUBLE),
     KC(t_cooldown, KC_DOUBLE),
     KC(sigma_place, KC_DOUBLE),    KC(h_req, KC_DOUBLE),         KC(max_players, KC_INT),
+    KC(h_toward, KC_DOUBLE),       KC(h_away, KC_DOUBLE),
     KC(recal_min_events, KC_INT),  KC(active_window_s, KC_DOUBLE),
 };
 
@@ -1371,6 +1419,20 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
             if (!PyBool_Check(v)) PyErr_Format(PyExc_TypeError, "Engine._kc[%s] must be a bool", constants[i].name);
             else *(int *)field = v == Py_True;
         }
+        if (PyErr_Occurred()) {
+            Py_DECREF(kc);
+            return -1;
+        }
+    }
+    /* tier_pull's targets: a tuple of TIER_COUNT + 1 floats, 0 then p_1..p_15 */
+    PyObject *tp = PyDict_GetItemString(kc, "tier_p"); /* borrowed */
+    if (!tp || !PyTuple_CheckExact(tp) || PyTuple_GET_SIZE(tp) != TIER_COUNT + 1) {
+        Py_DECREF(kc);
+        PyErr_SetString(PyExc_TypeError, "Engine._kc[tier_p] must be a tuple of 16 numbers");
+        return -1;
+    }
+    for (int k = 0; k <= TIER_COUNT; k++) {
+        self->tier_p[k] = PyFloat_AsDouble(PyTuple_GET_ITEM(tp, k));
         if (PyErr_Occurred()) {
             Py_DECREF(kc);
             return -1;

@@ -283,6 +283,10 @@ def kernel_constants(p: ADRParams) -> dict[str, Any]:
         "t_cooldown": p.t_cooldown,
         "sigma_place": p.sigma_place,
         "h_req": p.h_req,
+        # tier_pull's two thresholds (equal to h_req at 0) and the targets its counts are held to
+        "h_toward": p.h_req * (1.0 - p.tier_pull),
+        "h_away": p.h_req * (1.0 + p.tier_pull),
+        "tier_p": (0.0, *p.tier_proportions),
         "max_players": p.max_players,
         "recal_min_events": p.recalibrate_min_events,
         "active_window_s": p.t_active * p.day_seconds,
@@ -353,6 +357,7 @@ class Engine:
         "_sum_r_all",
         "_sum_sigma",
         "_tier",
+        "_tier_active",
         "_tier_counts",
         "_wring",
         "_wslot",
@@ -392,7 +397,7 @@ class Engine:
         "_sum_sigma", "_r_lo", "_r_hi", "last_delta_attacker", "last_delta_victim", "applied",
         "names", "ids", "_cooldown", "_cooldown_log", "_expiry", "_active", "_ladder", "_tier",
         "_bounds", "_cal", "_cal_info", "_cal_n", "_qring", "_qn", "recal_applied", "next_recalibration",
-        "_ladder_ok", "_neg_bounds", "_tier_counts", "tier_changes",
+        "_ladder_ok", "_neg_bounds", "_tier_counts", "_tier_active", "tier_changes",
     )  # fmt: skip
 
     def __init__(self, params: ADRParams | None = None, *, native: bool | None = None) -> None:
@@ -448,6 +453,10 @@ class Engine:
         self._bounds: list[float] = [_INF, *b, -_INF]
         self._neg_bounds: list[float] = [-x for x in b]
         self._tier_counts = [0] * (TIER_COUNT + 1)
+        # Active placed players per tier, exact at every event (tier_pull's counts: the targets
+        # p_k are shares of the active placed players, as the §6.3 boundaries are quantiles of
+        # the active ones); index 0 (unplaced) stays 0.
+        self._tier_active = [0] * (TIER_COUNT + 1)
         self.calibrations = 0
         self.offset = 0.0  # visible mu = r + offset
         self._r_lo = p.mu_min
@@ -671,8 +680,8 @@ class Engine:
             dmax, inv_g2, lp, keep_phi, n_act, n_min, decay_on,
             logistic, cal_keep, _cal_warm, _cal_mem, grace_s, cap_decay, sweep_sigma, _repeat_w,
             display_cap, farm_k,
-            _late_tolerance, _t_cooldown, _sigma_place, _h_req, _max_players, _recal_min_events,
-            _active_window_s,
+            _late_tolerance, _t_cooldown, _sigma_place, _h_req, _h_toward, _h_away, _tier_p,
+            _max_players, _recal_min_events, _active_window_s,
         ) = self._k  # fmt: skip
         r_arr = self._r
         s_arr = self._sigma
@@ -1137,6 +1146,9 @@ class Engine:
         if horizon > t:
             self._active[i] = 1
             self._n_active += 1
+            k = self._tier[i]
+            if k:
+                self._tier_active[k] += 1
             self._sum_r_active += r_now
             heapq.heappush(self._expiry, (horizon, i))
 
@@ -1155,6 +1167,9 @@ class Engine:
             else:
                 self._active[i] = 0
                 self._n_active -= 1
+                k = self._tier[i]
+                if k:
+                    self._tier_active[k] -= 1
                 self._sum_r_active -= self._r[i]
 
     def _tiers_after_event(self, i: int, r: float, sigma: float) -> None:
@@ -1168,6 +1183,8 @@ class Engine:
                 k = 1 + bisect_left(self._neg_bounds, -r)
                 self._tier[i] = k
                 self._tier_counts[k] += 1
+                if self._active[i]:
+                    self._tier_active[k] += 1
                 self._h[i] = 0.0
             return
         # §6.4 promotion / demotion accumulators against the current tier's own boundaries.
@@ -1176,23 +1193,44 @@ class Engine:
         h = self._h[i]
         if r >= upper:
             h = (h if h > 0.0 else 0.0) + (r - upper)
-            if h >= p.h_req:
+            if h >= self._tier_threshold(k, k - 1):
                 self._move_tier(i, k, k - 1)
             else:
                 self._h[i] = h
         elif r < lower:
             h = (-h if h < 0.0 else 0.0) + (lower - r)
-            if h >= p.h_req:
+            if h >= self._tier_threshold(k, k + 1):
                 self._move_tier(i, k, k + 1)
             else:
                 self._h[i] = -h
         else:
             self._h[i] = 0.0
 
+    def _tier_threshold(self, old: int, new: int) -> float:
+        """The §6.4 accumulator a move from tier ``old`` to its neighbour ``new`` needs
+        (``ADRParams.tier_pull``): the lower threshold when the move brings the two tiers'
+        active placed counts nearer their targets, i.e. when the source's excess over p_k * N
+        beats the destination's by more than one player (moving one player changes their
+        squared excesses by 2 - 2 * that difference); the higher one otherwise. Both are h_req
+        at tier_pull = 0. The C kernel computes the same numbers in the same order (tier_need)."""
+        k = self._kc
+        toward: float = k["h_toward"]
+        away: float = k["h_away"]
+        if toward == away:
+            return toward
+        c = self._tier_active
+        n = sum(c)
+        tp = k["tier_p"]
+        x = (c[old] - tp[old] * n) - (c[new] - tp[new] * n)
+        return toward if x > 1.0 else away
+
     def _move_tier(self, i: int, old: int, new: int) -> None:
         self._tier[i] = new
         self._tier_counts[old] -= 1
         self._tier_counts[new] += 1
+        if self._active[i]:
+            self._tier_active[old] -= 1
+            self._tier_active[new] += 1
         self._h[i] = 0.0
         self.tier_changes += 1
 
@@ -1466,6 +1504,7 @@ class Engine:
             self._redisplay(i, was)
         self._tier = bytearray(size)
         self._tier_counts = [0] * (TIER_COUNT + 1)
+        self._tier_active = [0] * (TIER_COUNT + 1)
         self._h = array("d", bytes(8 * size))
         self._n0 = array("q", self._n)
         self._ladder = self._ladder_from_ratings()
@@ -2022,10 +2061,14 @@ class Engine:
         eng.next_sweep = float(sweep.get("next", -_INF))
         eng.sweeps = int(sweep.get("count", 0))
         counts = [0] * (TIER_COUNT + 1)
-        for k in eng._tier:
+        active_counts = [0] * (TIER_COUNT + 1)
+        for k, on in zip(eng._tier, eng._active, strict=True):
             counts[k] += 1
-        counts[0] = 0
+            if on:
+                active_counts[k] += 1
+        counts[0] = active_counts[0] = 0
         eng._tier_counts = counts
+        eng._tier_active = active_counts
         eng._ladder = eng._ladder_from_ratings()
         return eng
 

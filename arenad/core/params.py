@@ -81,6 +81,12 @@ class ADRParams:
     n_active: int = 5
     p_min: int = 20
     h_req: float = 250.0  # paper §9: 400
+    #: §6.4's threshold bends toward the tier targets p_k: a move that brings the two tiers'
+    #: counts of active placed players nearer their targets (the source's excess over p_k * N
+    #: beats the destination's by more than one player) needs h_req * (1 - tier_pull), any other
+    #: move h_req * (1 + tier_pull). 0 = h_req for every move (the paper). A player still moves
+    #: only to the tier its rating has reached. docs/adr.md "Tiers that lean toward their targets".
+    tier_pull: float = 0.75
     beta: float = 0.2
     window_len: int = 20  # the paper's L
     tier_proportions: tuple[float, ...] = field(default_factory=_uniform)  # the paper's p_k
@@ -258,6 +264,7 @@ class ADRParams:
         need(v.n_active >= 1, "n_active", "must be >= 1")
         need(v.p_min >= 1, "p_min", "must be >= 1")
         need(v.h_req >= 0, "h_req", "must be >= 0")
+        need(0 <= v.tier_pull < 1, "tier_pull", "must lie in [0, 1) (0: the paper's one threshold)")
         need(0 < v.beta <= 1, "beta", "must lie in (0, 1]")
         need(1 <= v.window_len <= 10_000, "window_len", "must lie in [1, 10000]")
         need(v.day_seconds > 0, "day_seconds", "must be > 0")
@@ -422,6 +429,7 @@ PAPER: dict[str, Any] = {
     "eta_min": 4.0,
     "sigma_peak": 200.0,
     "h_req": 400.0,
+    "tier_pull": 0.0,
     "rho_s": 0.15,
     "gamma_phi": 0.3,
     "c_loss": 0.8,

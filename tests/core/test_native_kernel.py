@@ -72,6 +72,9 @@ MECHANISM_SETS: list[dict[str, Any]] = [
     {**PARAM_SETS[1], "farm_damping": 0.5},
     {**PARAM_SETS[2], "farm_damping": 0.0},
     {**PARAM_SETS[3], "link": "arctan", "farm_damping": 1e-3, "rho_s": 0.15, "gamma_phi": 0.3},
+    # tiers that lean toward their targets: a strong pull, and a pull under the paper's rules
+    {**PARAM_SETS[1], "tier_pull": 0.99},
+    {**PAPER_SETS[4], "tier_pull": 0.5},
 ]
 ALL_SETS = PARAM_SETS + PAPER_SETS + MECHANISM_SETS
 ALL_IDS = (
@@ -100,7 +103,18 @@ def assert_same(native: Engine, py: Engine) -> None:
     assert canonical(got.tolist()) == canonical(want.tolist())
     assert native.tier_changes == py.tier_changes
     assert native._tier_counts == py._tier_counts
+    assert native._tier_active == py._tier_active
+    assert native._tier_active == active_tier_counts(native)
     assert native.ladder_is_consistent()
+
+
+def active_tier_counts(eng: Engine) -> list[int]:
+    """Active placed players per tier, counted from the columns (what _tier_active keeps)."""
+    counts = [0] * 16
+    for k, on in zip(eng._tier, eng._active, strict=True):
+        if k and on:
+            counts[k] += 1
+    return counts
 
 
 def test_the_kernel_is_built_where_it_can_be() -> None:

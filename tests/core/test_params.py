@@ -53,7 +53,7 @@ FLOAT_KEYS: tuple[str, ...] = (
     "delta_max", "sigma_place", "t_active", "h_req", "beta", "day_seconds", "initial_spread",
     "recalibrate_interval", "late_tolerance", "idle_after", "sweep_interval",
     "calibration_memory", "calibration_warmup", "calibration_start", "decay_grace",
-    "placement_weight", "repeat_weight", "farm_damping",
+    "placement_weight", "repeat_weight", "farm_damping", "tier_pull",
 )  # fmt: skip
 OPTIONAL_FLOAT_KEYS: tuple[str, ...] = ("nu_min", "nu_max")
 INT_KEYS: tuple[str, ...] = (
@@ -169,6 +169,7 @@ NOT_IN_PAPER_TABLE: frozenset[str] = frozenset(
         # issue 14: calibration and safeguards (docs/adr.md "Defaults by measurement")
         "link", "calibration_memory", "calibration_warmup", "calibration_start", "decay_grace",
         "cap_decay", "sweep_sigma", "display_cap", "placement_weight", "repeat_weight", "farm_damping",
+        "tier_pull",
     }
 )  # fmt: skip
 
@@ -253,6 +254,7 @@ class TestPaperDefaults:
         assert p.calibration_memory > 0
         assert p.repeat_weight == 0.0  # repeats inside the cooldown stay dropped (burst gain 0)
         assert (p.gamma, p.eta_min, p.farm_damping) == (150.0, 0.0, 10.0)
+        assert p.tier_pull == 0.75
         paper = ADRParams.paper()
         assert {k: getattr(paper, k) for k in PAPER} == PAPER
         assert all(
@@ -543,6 +545,10 @@ _ok("repeat_weight", "one", repeat_weight=1.0)
 _bad("farm_damping", "must be >= 0 (0: no damping, the paper)", "negative", farm_damping=-TINY)
 _ok("farm_damping", "zero", farm_damping=0.0)
 _ok("farm_damping", "tiny", farm_damping=TINY)
+_bad("tier_pull", "must lie in [0, 1) (0: the paper's one threshold)", "negative", tier_pull=-TINY)
+_bad("tier_pull", "must lie in [0, 1) (0: the paper's one threshold)", "one", tier_pull=1.0)
+_ok("tier_pull", "zero", tier_pull=0.0)
+_ok("tier_pull", "just-below-one", tier_pull=below(1.0))
 _bad("link", 'must be "arctan" or "logistic"', "other", link="probit")
 _bad("recalibrate_min_events", "must be >= 0 (0: time alone)", "negative", recalibrate_min_events=-1)
 _ok("recalibrate_min_events", "zero", recalibrate_min_events=0)
@@ -701,7 +707,7 @@ INT_FOR_FLOAT: dict[str, int] = {
     "day_seconds": 86400, "initial_spread": 150, "recalibrate_interval": 300, "late_tolerance": 5,
     "idle_after": 14, "sweep_interval": 86400, "calibration_memory": 0, "decay_grace": 3,
     "placement_weight": 1, "repeat_weight": 0, "calibration_warmup": 2, "calibration_start": 1,
-    "farm_damping": 5,
+    "farm_damping": 5, "tier_pull": 0,
 }  # fmt: skip
 
 
@@ -1003,6 +1009,7 @@ SINGLE_KEY_VALID: dict[str, st.SearchStrategy[Any]] = {
     "placement_weight": num(0.0, 1.0),
     "repeat_weight": num(0.0, 1.0),
     "farm_damping": NON_NEGATIVE,
+    "tier_pull": num(0.0, below(1.0)),
 }
 
 # Exact bounds rather than ``.filter(lambda v: v < 0)``: Hypothesis 6.170 rewrites that filter on
@@ -1044,6 +1051,7 @@ SINGLE_KEY_INVALID["calibration_memory"] = num(TINY, below(1.0))
 SINGLE_KEY_INVALID["calibration_warmup"] = NEGATIVE
 SINGLE_KEY_INVALID["calibration_start"] = st.one_of(num(TINY, below(0.125)), num(above(8.0)))
 SINGLE_KEY_INVALID["farm_damping"] = NEGATIVE
+SINGLE_KEY_INVALID["tier_pull"] = st.one_of(NEGATIVE, num(1.0))
 for _k in ("placement_weight", "repeat_weight"):
     SINGLE_KEY_INVALID[_k] = st.one_of(NEGATIVE, num(above(1.0)))
 
