@@ -326,13 +326,11 @@ static int activate(KernelObject *self, const double *aring, char *active, const
     double sum_active;
     if (get_int(self, K_NACTIVE, &n_active) < 0 || get_double(self, K_SUM_ACTIVE, &sum_active) < 0) return -1;
     int k = (unsigned char)tier[i];
-    PyObject *tier_active = NULL;
-    if (k) {
-        tier_active = tier_list(self, K_TIER_ACTIVE);
-        if (!tier_active) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Engine._tier_active must be a list of 16 ints");
-            return -1;
-        }
+    /* checked before the event began (Kernel's validation), so not NULL here but for a bug */
+    PyObject *tier_active = k ? tier_list(self, K_TIER_ACTIVE) : NULL;
+    if (k && !tier_active) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "Engine._tier_active changed during an event");
+        return -1;
     }
     PyObject *entry = Py_BuildValue("(dn)", horizon, i);
     if (!entry) return -1;
@@ -779,12 +777,14 @@ static int tier_place(KernelObject *self, PyObject *tier_obj, const char *active
     return 1;
 }
 
-/* Engine._tier_threshold(old, new): the §6.4 accumulator a move between neighbouring tiers needs
- * (ADRParams.tier_pull), the same numbers in the same order: h_toward when the source's excess
- * of active placed players over p_k * N beats the destination's by more than one, else h_away.
- * A negative value (no error) when Python must decide (_tier_active of another shape). */
-static double tier_need(KernelObject *self, int old, int new) {
+/* Engine._tier_threshold(active, old, new): the §6.4 accumulator a move between neighbouring
+ * tiers needs (ADRParams.tier_pull), the same numbers in the same order: h_req for an inactive
+ * player (its move changes no count), else h_toward when the source's excess of active placed
+ * players over p_k * N beats the destination's by more than one, else h_away. A negative value
+ * (no error) when Python must decide (_tier_active of another shape). */
+static double tier_need(KernelObject *self, int active, int old, int new) {
     if (self->h_toward == self->h_away) return self->h_toward;
+    if (!active) return self->h_req;
     PyObject *on = tier_list(self, K_TIER_ACTIVE);
     if (!on) return -1.0;
     long long c[TIER_COUNT + 1], n = 0;
@@ -898,6 +898,10 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
     if (PyByteArray_GET_SIZE(active_obj) <= hi_id || PyByteArray_GET_SIZE(tier_obj) <= hi_id ||
         PyList_GET_SIZE(bounds) != TIER_COUNT + 1)
         return PyErr_Format(PyExc_IndexError, "Engine tier or activity columns are too short");
+    /* activate() changes the counts of active placed players in C, with no Python to hand back
+     * to: their list is checked here, before anything of the event is written. */
+    if (!tier_list(self, K_TIER_ACTIVE))
+        return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "Engine._tier_active must be a list of 16 ints");
     if (cd_ensure(self) < 0) return NULL;
 
     /* --- from here on the event is valid: the same steps as Engine._apply_py --- */
@@ -1231,7 +1235,7 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
             double h = acc[i];
             if (r >= upper || r < lower) { /* not a NaN: Python's else branch is its to take */
                 int to = r >= upper ? k - 1 : k + 1;
-                double need = tier_need(self, k, to);
+                double need = tier_need(self, PyByteArray_AS_STRING(active_obj)[i], k, to);
                 if (PyErr_Occurred()) return NULL;
                 if (need >= 0.0) {
                     if (r >= upper) {

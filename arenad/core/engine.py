@@ -238,7 +238,8 @@ def kernel_constants(p: ADRParams) -> dict[str, Any]:
     ``constants[]``; a missing name or a wrong type refuses the kernel), so adding or reordering
     an entry needs no edit there. ``Engine._k`` is its values in this order, _apply_py's one
     unpack (its names are these keys, an unused one with a leading underscore: a test checks it);
-    the last seven only the kernel reads (the Python path reads ``params`` for those).
+    the last ten only the kernel's event reads (the Python path reads ``params`` for those, but
+    ``h_toward``, ``h_away`` and ``tier_p``, which ``Engine._tier_threshold`` reads here too).
     """
     return {
         "t_return_s": p.t_return * p.day_seconds,
@@ -1193,31 +1194,36 @@ class Engine:
         h = self._h[i]
         if r >= upper:
             h = (h if h > 0.0 else 0.0) + (r - upper)
-            if h >= self._tier_threshold(k, k - 1):
+            if h >= self._tier_threshold(self._active[i], k, k - 1):
                 self._move_tier(i, k, k - 1)
             else:
                 self._h[i] = h
         elif r < lower:
             h = (-h if h < 0.0 else 0.0) + (lower - r)
-            if h >= self._tier_threshold(k, k + 1):
+            if h >= self._tier_threshold(self._active[i], k, k + 1):
                 self._move_tier(i, k, k + 1)
             else:
                 self._h[i] = -h
         else:
             self._h[i] = 0.0
 
-    def _tier_threshold(self, old: int, new: int) -> float:
+    def _tier_threshold(self, active: int, old: int, new: int) -> float:
         """The §6.4 accumulator a move from tier ``old`` to its neighbour ``new`` needs
-        (``ADRParams.tier_pull``): the lower threshold when the move brings the two tiers'
-        active placed counts nearer their targets, i.e. when the source's excess over p_k * N
-        beats the destination's by more than one player (moving one player changes their
-        squared excesses by 2 - 2 * that difference); the higher one otherwise. Both are h_req
-        at tier_pull = 0. The C kernel computes the same numbers in the same order (tier_need)."""
+        (``ADRParams.tier_pull``): for an active player, the lower threshold when the move brings
+        the two tiers' active placed counts nearer their targets, i.e. when the source's excess
+        over p_k * N beats the destination's by more than one player (moving one player changes
+        their squared excesses by 2 - 2 * that difference), and the higher one otherwise; h_req
+        for an inactive one (a ghost the sweep moves changes no count, and a pull would hold it
+        in a short-handed tier). Both are h_req at tier_pull = 0. The C kernel computes the same
+        numbers in the same order (tier_need)."""
         k = self._kc
         toward: float = k["h_toward"]
         away: float = k["h_away"]
         if toward == away:
             return toward
+        if not active:
+            h_req: float = k["h_req"]
+            return h_req
         c = self._tier_active
         n = sum(c)
         tp = k["tier_p"]

@@ -41,12 +41,14 @@ class TestTheThreshold:
         for j in (k - 1, k + 1):
             if not 1 <= j <= TIER_COUNT:
                 continue
-            got = eng._tier_threshold(k, j)
+            got = eng._tier_threshold(1, k, j)
             toward = active[k - 1] - active[j - 1] > 1
             assert got == (h_req * (1.0 - pull) if toward else h_req * (1.0 + pull))
             # the sum of the two squared excesses after moving one player, against before
             a, b = active[k - 1], active[j - 1]
             assert ((a - 1) ** 2 + (b + 1) ** 2 < a * a + b * b) == toward
+            # an inactive player's move changes no count: the paper's threshold
+            assert eng._tier_threshold(0, k, j) == h_req
 
     def test_the_targets_count_not_only_the_heads(self) -> None:
         """Unequal targets: 30 players in a tier meant for 40 % of 100 is under-full, 20 in one
@@ -59,13 +61,13 @@ class TestTheThreshold:
         assert sum(active) == 100
         eng = with_counts(params, active)
         assert (20 - p[1] * 100) - (30 - p[0] * 100) > 1
-        assert eng._tier_threshold(2, 1) == 50.0  # 2 -> 1: from the over-full to the under-full
-        assert eng._tier_threshold(1, 2) == 150.0
+        assert eng._tier_threshold(1, 2, 1) == 50.0  # 2 -> 1: from the over-full to the under-full
+        assert eng._tier_threshold(1, 1, 2) == 150.0
 
     @given(active=counts, h_req=st.floats(0.0, 1000.0))
     def test_off_is_the_paper(self, active: list[int], h_req: float) -> None:
         eng = with_counts(ADRParams(tier_pull=0.0, h_req=h_req), active)
-        assert all(eng._tier_threshold(k, k + 1) == h_req for k in range(1, TIER_COUNT))
+        assert all(eng._tier_threshold(on, k, k + 1) == h_req for k in range(1, TIER_COUNT) for on in (0, 1))
         assert ADRParams.paper().tier_pull == 0.0
 
 
