@@ -98,6 +98,32 @@ def link_p(z: float, logistic: bool) -> float:
     return 0.5 + _INV_PI * atan(z)
 
 
+def calibration_step(
+    state: tuple[float, float, float], grad: float, fisher: float, keep: float, k: dict[str, Any]
+) -> tuple[float, float, float]:
+    """One online calibration step (docs/adr.md "Online calibration"): ``state`` (c, its
+    information, the steps taken) after a prediction whose ``calibrated`` pieces are ``grad``
+    and ``fisher``. The
+    information forgets at ``keep`` (1 - 1/calibration_memory), faster during the warm-up
+    (ADRParams.calibration_warmup: 1 - 1/max(20, warmup * n)); a Newton step, c kept in
+    [CAL_MIN, CAL_MAX]. The kill calibration and the placement pairs' take the same step; the
+    kernel's ``predicted`` does the same operations for kills."""
+    c, info, n = state
+    n += 1.0
+    warm = k["cal_warm"]
+    if warm:
+        m = warm * n
+        if m < CAL_WARMUP_MIN:
+            m = CAL_WARMUP_MIN
+        if m < k["cal_mem"]:
+            keep = 1.0 - 1.0 / m
+    info = info * keep + fisher
+    if info > 0.0:  # none yet (a memory of one kill, a certain prediction): no step
+        c += grad / info
+        c = CAL_MIN if c < CAL_MIN else CAL_MAX if c > CAL_MAX else c
+    return c, info, n
+
+
 def calibrated(cal: float, z: float, logistic: bool) -> tuple[float, float, float]:
     """(P, d log P / d cal, Fisher information) with the multiplier ``cal`` on z.
 
@@ -341,6 +367,9 @@ class Engine:
         "_n_active",
         "_native",
         "_neg_bounds",
+        "_pcal",
+        "_pcal_info",
+        "_pcal_n",
         "_phi",
         "_pool",
         "_prey",
@@ -486,6 +515,11 @@ class Engine:
         self._cal = p.calibration_start if p.calibration_memory else 1.0
         self._cal_info = CAL_PRIOR  # the Fisher information behind _cal
         self._cal_n = 0.0  # calibration steps taken (the warm-up's n)
+        # The placement pairs' multiplier on top of _cal (ADRParams.placement_calibration), its
+        # information and steps, kept by the same rule from the pairs of the matches learnt.
+        self._pcal = 1.0
+        self._pcal_info = CAL_PRIOR
+        self._pcal_n = 0.0
         # The last QUALITY_WINDOW predictions (attacker kills victim, before learning) and how
         # many were made: ADR's own live quality, scored without any shadow model.
         self._qring = array("d", bytes(8 * QUALITY_WINDOW))
@@ -979,20 +1013,9 @@ class Engine:
         self._qn = qn + 1
         k = self._kc
         if k["cal_mem"]:  # not cal_keep: a memory of one kill keeps nothing (0) and still steps
-            n = self._cal_n + 1.0
-            self._cal_n = n
-            warm = k["cal_warm"]
-            if warm:
-                m = warm * n
-                if m < CAL_WARMUP_MIN:
-                    m = CAL_WARMUP_MIN
-                if m < k["cal_mem"]:
-                    cal_keep = 1.0 - 1.0 / m
-            info = self._cal_info * cal_keep + fisher
-            self._cal_info = info
-            if info > 0.0:  # none yet (a memory of one kill, a certain prediction): no step
-                c = self._cal + grad / info
-                self._cal = CAL_MIN if c < CAL_MIN else CAL_MAX if c > CAL_MAX else c
+            self._cal, self._cal_info, self._cal_n = calibration_step(
+                (self._cal, self._cal_info, self._cal_n), grad, fisher, cal_keep, k
+            )
 
     def _repeat(self, a: int, b: int, t: float, since: float) -> None:
         """A §2.1 repeat inside the cooldown: predicted and calibrated on, and learnt at the
@@ -1094,6 +1117,16 @@ class Engine:
             for i in g
             for j in worse
         ]
+        if p.placement_calibration and k["cal_mem"]:
+            # Each pair's prediction (made before the match is learnt, as predict_placement
+            # makes it) is one step of the pairs' own multiplier on top of the kill calibration.
+            logistic = k["logistic"]
+            cal = self._cal
+            state = (self._pcal, self._pcal_info, self._pcal_n)
+            for _, _, z in pairs:
+                _, grad, fisher = calibrated(state[0], cal * z, logistic)
+                state = calibration_step(state, grad, fisher, k["cal_keep"], k)
+            self._pcal, self._pcal_info, self._pcal_n = state
         for i, j, z in pairs:
             self._learn_pair(i, j, t, weight, z)
         return len(pairs)
@@ -1870,6 +1903,17 @@ class Engine:
         calibration multiplier (docs/adr.md)."""
         return self.predict_gap(self._r[i] - self._r[j])
 
+    def predict_placement(self, i: int, j: int) -> float:
+        """P(i finishes a match above j): ``predict`` with the placement pairs' own multiplier
+        on top of the kill calibration (ADRParams.placement_calibration; 1 while it is off)."""
+        d = self.params.theta + self.params.lambda_ * self.mean_sigma
+        return link_p(self._pcal * (self._cal * ((self._r[i] - self._r[j]) / d)), self._kc["logistic"])
+
+    @property
+    def placement_calibration(self) -> float:
+        """The placement pairs' multiplier on top of ``calibration`` (1.0 while off)."""
+        return self._pcal
+
     def predict_gap(self, gap: float) -> float:
         """§3.1 P that a player rated ``gap`` above another kills them: ``predict`` for a rating
         difference rather than two players (team balance compares team means this way)."""
@@ -1965,6 +2009,9 @@ class Engine:
                 "calibration": self._cal,
                 "calibration_info": self._cal_info,
                 "calibration_steps": self._cal_n,
+                "placement_calibration": self._pcal,
+                "placement_calibration_info": self._pcal_info,
+                "placement_calibration_steps": self._pcal_n,
             },
             "rejected": dict(self.rejected),
             "season": None if self._n0 is None else {"n0": self._n0.tobytes()},
@@ -2055,6 +2102,10 @@ class Engine:
         eng._cal_info = float(sc.get("calibration_info", CAL_PRIOR))
         # Absent before the warm-up: a state that has a calibration has passed its warm-up.
         eng._cal_n = float(sc.get("calibration_steps", _INF if "calibration" in sc else 0.0))
+        # absent before the placement calibration: pairs start at 1, as in a new engine
+        eng._pcal = float(sc.get("placement_calibration", 1.0))
+        eng._pcal_info = float(sc.get("placement_calibration_info", CAL_PRIOR))
+        eng._pcal_n = float(sc.get("placement_calibration_steps", 0.0))
         eng.rejected = dict(state["rejected"])
         season = state.get("season")
         if season is not None:

@@ -158,6 +158,13 @@ class ADRParams:
     #: Match placements (seed 001 §2): each (better, worse) pair of a finished match is an
     #: update at this weight divided by (players - 1). 0 = kills only (the paper).
     placement_weight: float = 1.0
+    #: A placement pair ("a finishes above b") is predicted with its own online multiplier on
+    #: top of the kill calibration, learnt like it (calibration_memory, calibration_warmup) from
+    #: the pairs of each match ADR learns, before it learns them: a match's order is an outcome
+    #: of many kills, so it is far more predictable than one kill at the same rating gap.
+    #: Predictions only. false = pairs predicted as kills (the paper has no placements).
+    #: docs/adr.md "Predicting a match's order".
+    placement_calibration: bool = True
     #: The display rating mu - 3 sigma (seed 002's conservative rating) moves by at most
     #: delta_max per event, like the rating (§8.4): sigma collapsing at a player's first kill
     #: back would otherwise move it by 3 * (its drop). false: exactly mu - 3 sigma (the paper).
@@ -444,6 +451,7 @@ PAPER: dict[str, Any] = {
     "sweep_sigma": True,
     "display_cap": False,
     "placement_weight": 0.0,
+    "placement_calibration": False,
     "repeat_weight": 0.0,
     "farm_damping": 0.0,
 }

@@ -149,7 +149,7 @@ def _families(snap: MetricsSnapshot) -> Iterator[Metric]:
     )
     yield CounterMetricFamily(
         "arenad_placements",
-        "Match-placement events journaled (ADR does not rate them; every model is scored on them).",
+        "Match-placement events journaled (ADR learns them; every model is scored on their pairs).",
         value=snap.placements,
     )
     yield GaugeMetricFamily(

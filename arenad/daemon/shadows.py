@@ -7,17 +7,19 @@ shadow and a shadow costs its own prediction and update, nothing more. For every
 by record:
 
 * a kill: ``p = predict(attacker, victim, t)`` is scored, then ``update(attacker, victim, t)``;
-* a match placement: every (better, worse) pair of ``placement_pairs`` is predicted and scored,
+* a match placement: every (better, worse) pair of ``placement_pairs`` is predicted and scored
+  (``predict_placement`` where the model has one, else ``predict``: ``base.predict_placement``),
   then ``update_match(placements, t)`` if the model rates matches (``rates_matches``).
 
 The primary's predictions come from one of two places:
 
 * With shadows, the engine task scores the primary itself, record by record, before it applies
   each kill: ``adr_prediction`` is ``Engine.predict`` (§3.1) for two known players and 0.5
-  otherwise, as ``arenad.models.ADRModel.predict``. ADR does not rate placements, but its
-  predictions of their pairs are scored too, so every model is scored on the same predictions
-  in the same order; a comparison needs that, which is why the engine's ring below is not used
-  then (it holds no placement pairs, and no prediction of a kill ADR refuses as out of order).
+  otherwise, as ``arenad.models.ADRModel.predict``, and a placement pair's is
+  ``Engine.predict_placement``. The pairs' predictions are scored too, so every model is scored
+  on the same predictions in the same order; a comparison needs that, which is why the engine's
+  ring below is not used then (it holds no placement pairs, and no prediction of a kill ADR
+  refuses as out of order).
 * Without shadows nothing is done per event in Python: the engine keeps a ring of its own last
   ``QUALITY_WINDOW`` (8192) predictions, stored by the C kernel as it learns each kill
   (``Engine.recent_predictions``), and ``RingScores`` scores the newest ``min(window, 8192)``
@@ -334,10 +336,14 @@ class ModelSet:
 
     # ------------------------------------------------------------------ the primary
     def score_primary_placement(self, engine: Engine, rec: PlacementRecord) -> None:
-        """Score the primary's predictions of a placement's pairs (ADR does not rate matches)."""
+        """Score the primary's predictions of a placement's pairs, before ADR learns the match
+        (``Engine.predict_placement``; 0.5 for an unknown player, as for a kill)."""
         add = self.primary.add
+        ids = engine.ids
         for a, b in rec.pairs:
-            add(adr_prediction(engine, a, b))
+            i = ids.get(a)
+            j = ids.get(b)
+            add(0.5 if i is None or j is None else engine.predict_placement(i, j))
 
     # ------------------------------------------------------------------ the shadows
     def run(self, records: Sequence[JournalRecord | None], lo: int = 0, hi: int | None = None) -> None:
@@ -383,6 +389,8 @@ class ModelSet:
     ) -> bool:
         model = shadow.model
         predict = model.predict
+        own_placement = getattr(model, "predict_placement", None)
+        predict_pair = own_placement if own_placement is not None else predict
         update = model.update
         update_match = shadow.update_match
         window = shadow.window
@@ -401,7 +409,7 @@ class ModelSet:
                 if isinstance(rec, PlacementRecord):
                     t = rec.t
                     for a, b in rec.pairs:
-                        p = predict(a, b, t)
+                        p = predict_pair(a, b, t)  # base.predict_placement's choice, bound once
                         if not 0.0 <= p <= 1.0:  # also nan
                             raise ValueError(f"predicted {p!r} for {a!r} over {b!r}: not a probability")
                         view[pos] = p

@@ -93,7 +93,7 @@ def walk_forward_adr(
         for a, b in pairs:
             i = ids.get(a)
             j = ids.get(b)
-            out.append(0.5 if i is None or j is None else engine.predict(i, j))
+            out.append(0.5 if i is None or j is None else engine.predict_placement(i, j))
         pair_p[stop] = out
         if learn[stop]:
             engine.apply_placement(event.placements, event.t)

@@ -45,7 +45,7 @@ import numpy.typing as npt
 
 from arenad.core.events import KillEvent, PlacementEvent
 from arenad.evaluation import metrics
-from arenad.models.base import MatchModel, placement_pairs
+from arenad.models.base import MatchModel, placement_pairs, predict_placement
 
 METRICS = ("log_loss", "brier", "auc", "ece", "accuracy")
 
@@ -147,7 +147,7 @@ def walk_forward(
             for name, model in models.items():
                 out = predictions[name]
                 for a, b in pairs:
-                    out.append(_checked(name, model.predict(a, b, t), index, a, b))
+                    out.append(_checked(name, predict_placement(model, a, b, t), index, a, b))
                 if not test:
                     learn(model, event)
             event_of.extend([index] * len(pairs))

@@ -34,6 +34,16 @@ class ADRKillModel:
             return 0.5
         return self.engine.predict(i, j)
 
+    def predict_placement(self, a: str, b: str, t: float) -> float:
+        """P(a finishes a match above b): ``Engine.predict_placement`` (the prior 0.5 when either
+        is unknown); the kill prediction while no match was learnt."""
+        ids = self.engine.ids
+        i = ids.get(a)
+        j = ids.get(b)
+        if i is None or j is None:
+            return 0.5
+        return self.engine.predict_placement(i, j)
+
     def update(self, attacker: str, victim: str, t: float) -> None:
         self.engine.feed(attacker, victim, t)
 

@@ -81,6 +81,21 @@ class MatchModel(Protocol):
         ...
 
 
+class KillPredictor(Protocol):
+    """Anything that predicts a kill (a ``RatingModel``, the harness's ``Model``)."""
+
+    def predict(self, a: str, b: str, t: float) -> float: ...
+
+
+def predict_placement(model: KillPredictor, a: str, b: str, t: float) -> float:
+    """P(``a`` finishes a match above ``b``) before the match at ``t``: the model's own
+    ``predict_placement`` where it has one (ADR: docs/adr.md "Predicting a match's order"),
+    else its kill prediction ``predict`` (every other model, as the protocol always asked)."""
+    own = getattr(model, "predict_placement", None)
+    p: float = own(a, b, t) if own is not None else model.predict(a, b, t)
+    return p
+
+
 def rates_matches(model: object) -> bool:
     """Whether ``model`` learns from match-placement events."""
     return isinstance(model, MatchModel)

@@ -1,5 +1,6 @@
 """bench/tier_rules.py: its rules are measured against the engine's own, so its "points" rule must
-be the engine's §6.4 exactly, and its "widths" rule a real alternative on the same ratings."""
+be the engine's §6.4 at tier_pull = 0 exactly, and its "widths" rule a real alternative on the
+same ratings."""
 
 from __future__ import annotations
 
@@ -37,14 +38,18 @@ def _patched(rule: str, h: float) -> type[Engine]:
 
 class TestTierRules:
     def test_points_rule_is_the_engines_own(self) -> None:
-        """At the engine's h_req the bench's "points" rule gives the same tiers, move for move."""
-        params = ADRParams(n_min=5, h_req=120.0)
+        """At the engine's h_req and no pull (the paper's one threshold) the bench's "points" rule
+        gives the same tiers, move for move; with the default pull it does not."""
+        params = ADRParams(n_min=5, h_req=120.0, tier_pull=0.0)
         for seed in (1, 2):
             stream = _stream(seed)
             own = _run(Engine(params, native=False), stream)
             bench = _run(_patched("points", params.h_req)(params, native=False), stream)
             assert own[1] > 0  # players did change tiers, so the comparison has something to compare
             assert bench == own
+            pulled = _run(Engine(ADRParams(n_min=5, h_req=120.0), native=False), stream)
+            assert pulled[2] == own[2]  # the pull moves tiers, never ratings
+            assert pulled[:2] != own[:2]
 
     def test_widths_rule_moves_other_players_on_the_same_ratings(self) -> None:
         params = ADRParams(n_min=5, h_req=120.0)

@@ -60,7 +60,9 @@ INT_KEYS: tuple[str, ...] = (
     "s_max", "n_min", "n_active", "p_min", "window_len", "return_events", "max_players",
     "recalibrate_min_events",
 )  # fmt: skip
-BOOL_KEYS: tuple[str, ...] = ("anchor", "pool_losses", "decay", "cap_decay", "sweep_sigma", "display_cap")
+BOOL_KEYS: tuple[str, ...] = (
+    "anchor", "pool_losses", "decay", "cap_decay", "sweep_sigma", "display_cap", "placement_calibration",
+)  # fmt: skip
 CHOICE_KEYS: dict[str, tuple[str, ...]] = {
     "loser_rule": ("corrected", "printed"),
     "pool_release": ("transfer", "literal"),
@@ -169,7 +171,7 @@ NOT_IN_PAPER_TABLE: frozenset[str] = frozenset(
         # issue 14: calibration and safeguards (docs/adr.md "Defaults by measurement")
         "link", "calibration_memory", "calibration_warmup", "calibration_start", "decay_grace",
         "cap_decay", "sweep_sigma", "display_cap", "placement_weight", "repeat_weight", "farm_damping",
-        "tier_pull",
+        "tier_pull", "placement_calibration",
     }
 )  # fmt: skip
 
@@ -255,6 +257,7 @@ class TestPaperDefaults:
         assert p.repeat_weight == 0.0  # repeats inside the cooldown stay dropped (burst gain 0)
         assert (p.gamma, p.eta_min, p.farm_damping) == (150.0, 0.0, 10.0)
         assert p.tier_pull == 0.75
+        assert p.placement_calibration is True
         paper = ADRParams.paper()
         assert {k: getattr(paper, k) for k in PAPER} == PAPER
         assert all(
@@ -1005,6 +1008,7 @@ SINGLE_KEY_VALID: dict[str, st.SearchStrategy[Any]] = {
     "cap_decay": st.booleans(),
     "sweep_sigma": st.booleans(),
     "display_cap": st.booleans(),
+    "placement_calibration": st.booleans(),
     "recalibrate_min_events": st.integers(min_value=0),
     "placement_weight": num(0.0, 1.0),
     "repeat_weight": num(0.0, 1.0),

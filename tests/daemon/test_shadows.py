@@ -20,6 +20,7 @@ from arenad.daemon.shadows import UPDATE_SAMPLE, ModelSet, ScoreWindow, adr_pred
 from arenad.daemon.state import JournalRecord, PlacementRecord, Record
 from arenad.evaluation import metrics
 from arenad.models import BUILTIN_MODELS, ModelFactory, placement_pairs
+from arenad.models.base import predict_placement
 
 probabilities = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 
@@ -180,7 +181,8 @@ def offline(
     predictions: list[float] = []
     for rec in records:
         if isinstance(rec, PlacementRecord):
-            predictions += [model.predict(a, b, rec.t) for a, b in placement_pairs(rec.placements)]
+            pairs = placement_pairs(rec.placements)
+            predictions += [predict_placement(model, a, b, rec.t) for a, b in pairs]
             if hasattr(model, "update_match"):
                 model.update_match(rec.placements, rec.t)
         elif isinstance(rec, tuple):
@@ -305,13 +307,32 @@ class TestModelSet:
         engine = Engine()
         for _, t, a, v, _s, _i in kill_records(50):
             engine.feed(a, v, t)
+        engine.apply_placement((("p1",), ("p3",), ("p4",)), 1500.0)  # a match moves the pairs' c
+        assert engine.placement_calibration != 1.0
         models = model_set()
         rec = PlacementRecord(99, 2000.0, (("p1",), ("p2", "newcomer")), None, None)
         models.score_primary_placement(engine, rec)
-        p12 = engine.predict(engine.ids["p1"], engine.ids["p2"])
-        assert adr_prediction(engine, "p1", "p2") == p12
+        i, j = engine.ids["p1"], engine.ids["p2"]
+        p12 = engine.predict_placement(i, j)
+        assert p12 != engine.predict(i, j)  # a pair is predicted as a pair, not as a kill
+        assert adr_prediction(engine, "p1", "p2") == engine.predict(i, j)
         assert adr_prediction(engine, "p1", "newcomer") == 0.5
         assert list(models.primary.ordered()) == [p12, 0.5]
+
+    def test_an_adr_shadow_predicts_pairs_as_pairs(self) -> None:
+        """An ADR shadow that learns matches predicts their pairs with its placement calibration,
+        as ``arenad evaluate`` does (base.predict_placement), slice by slice as in one run."""
+        records = mixed_records(300)
+        models = model_set("adr")
+        run_in_slices(models, records, size=9)
+        (shadow,) = models.shadows
+        model, predictions = offline("adr", records)
+        assert shadow.model.export_state() == model.export_state()
+        assert same(shadow.window.scores(), reference_scores(predictions, 50))
+        assert model.engine.placement_calibration != 1.0
+        kills_only = [model.predict(a, b, 0.0) for a, b in placement_pairs((("p1",), ("p2",), ("p3",)))]
+        pairs = [predict_placement(model, a, b, 0.0) for a, b in placement_pairs((("p1",), ("p2",), ("p3",)))]
+        assert kills_only != pairs
 
     def test_export_then_import_continues_exactly(self) -> None:
         records = mixed_records(400, seed=5)
