@@ -9,7 +9,7 @@ Scale: the visible ADR rating mu (mu0 = 1000). Display: mu − 3σ, with the §4
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from arenad.core.engine import Engine
@@ -26,23 +26,21 @@ class ADRKillModel:
         self.engine = Engine(self.params)
 
     def predict(self, a: str, b: str, t: float) -> float:
+        return self._predict(self.engine.predict, a, b)
+
+    def predict_placement(self, a: str, b: str, t: float) -> float:
+        """P(a finishes a match above b): ``Engine.predict_placement``; the kill prediction
+        while no match was learnt."""
+        return self._predict(self.engine.predict_placement, a, b)
+
+    def _predict(self, how: Callable[[int, int], float], a: str, b: str) -> float:
         ids = self.engine.ids
         i = ids.get(a)
         j = ids.get(b)
         if i is None or j is None:
             # The prior: nothing is known about at least one of the two.
             return 0.5
-        return self.engine.predict(i, j)
-
-    def predict_placement(self, a: str, b: str, t: float) -> float:
-        """P(a finishes a match above b): ``Engine.predict_placement`` (the prior 0.5 when either
-        is unknown); the kill prediction while no match was learnt."""
-        ids = self.engine.ids
-        i = ids.get(a)
-        j = ids.get(b)
-        if i is None or j is None:
-            return 0.5
-        return self.engine.predict_placement(i, j)
+        return how(i, j)
 
     def update(self, attacker: str, victim: str, t: float) -> None:
         self.engine.feed(attacker, victim, t)
