@@ -1099,6 +1099,11 @@ class Engine:
         if not w or len(flat) < 2 or not isfinite(t) or t < self.clock - p.late_tolerance:
             return 0
         ids = self.ids
+        # The pairs' predictions as they were scored before the match (predict_placement):
+        # at the D of the ladder before any newcomer joins, between players already known (a
+        # pair with a newcomer was the prior 0.5, which no multiplier changes).
+        known = len(self.names)
+        scale = self._prediction_scale()
         for x in flat:
             if x not in ids and len(self.names) < self._max_players:
                 self._add_player(x)
@@ -1123,9 +1128,10 @@ class Engine:
             logistic = k["logistic"]
             cal = self._cal
             state = (self._pcal, self._pcal_info, self._pcal_n)
-            for _, _, z in pairs:
-                _, grad, fisher = calibrated(state[0], cal * z, logistic)
-                state = calibration_step(state, grad, fisher, k["cal_keep"], k)
+            for i, j, _ in pairs:
+                if i < known and j < known:
+                    _, grad, fisher = calibrated(state[0], cal * ((r[i] - r[j]) / scale), logistic)
+                    state = calibration_step(state, grad, fisher, k["cal_keep"], k)
             self._pcal, self._pcal_info, self._pcal_n = state
         for i, j, z in pairs:
             self._learn_pair(i, j, t, weight, z)
@@ -1906,8 +1912,12 @@ class Engine:
     def predict_placement(self, i: int, j: int) -> float:
         """P(i finishes a match above j): ``predict`` with the placement pairs' own multiplier
         on top of the kill calibration (ADRParams.placement_calibration; 1 while it is off)."""
-        d = self.params.theta + self.params.lambda_ * self.mean_sigma
-        return link_p(self._pcal * (self._cal * ((self._r[i] - self._r[j]) / d)), self._kc["logistic"])
+        gap = (self._r[i] - self._r[j]) / self._prediction_scale()
+        return link_p(self._pcal * (self._cal * gap), self._kc["logistic"])
+
+    def _prediction_scale(self) -> float:
+        """§3.2 D(t) = theta + lambda * mean sigma, as every prediction takes it."""
+        return self.params.theta + self.params.lambda_ * self.mean_sigma
 
     @property
     def placement_calibration(self) -> float:
@@ -1917,8 +1927,7 @@ class Engine:
     def predict_gap(self, gap: float) -> float:
         """§3.1 P that a player rated ``gap`` above another kills them: ``predict`` for a rating
         difference rather than two players (team balance compares team means this way)."""
-        d = self.params.theta + self.params.lambda_ * self.mean_sigma
-        return link_p(self._cal * (gap / d), self._kc["logistic"])
+        return link_p(self._cal * (gap / self._prediction_scale()), self._kc["logistic"])
 
     def position(self, i: int) -> int:
         """0-based place of player ``i`` in the ladder order (``ladder_ids``; ties in id order)."""
@@ -2098,14 +2107,18 @@ class Engine:
         eng.tier_changes = sc["tier_changes"]
         eng.last_delta_attacker = sc["last_delta_attacker"]
         eng.last_delta_victim = sc["last_delta_victim"]
-        eng._cal = float(sc.get("calibration", 1.0))  # absent before issue 14: c = 1
+        # absent before issue 14: c = 1; with the calibration off now, c = 1 as in a new engine
+        # (a saved c would otherwise scale every prediction forever, never stepping again)
+        eng._cal = float(sc.get("calibration", 1.0)) if p.calibration_memory else 1.0
         eng._cal_info = float(sc.get("calibration_info", CAL_PRIOR))
         # Absent before the warm-up: a state that has a calibration has passed its warm-up.
         eng._cal_n = float(sc.get("calibration_steps", _INF if "calibration" in sc else 0.0))
-        # absent before the placement calibration: pairs start at 1, as in a new engine
-        eng._pcal = float(sc.get("placement_calibration", 1.0))
-        eng._pcal_info = float(sc.get("placement_calibration_info", CAL_PRIOR))
-        eng._pcal_n = float(sc.get("placement_calibration_steps", 0.0))
+        # absent before the placement calibration: pairs start at 1, as in a new engine; and
+        # with it off now (or no calibration at all), a saved multiplier is not applied
+        if p.placement_calibration and p.calibration_memory:
+            eng._pcal = float(sc.get("placement_calibration", 1.0))
+            eng._pcal_info = float(sc.get("placement_calibration_info", CAL_PRIOR))
+            eng._pcal_n = float(sc.get("placement_calibration_steps", 0.0))
         eng.rejected = dict(state["rejected"])
         season = state.get("season")
         if season is not None:

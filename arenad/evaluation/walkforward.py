@@ -14,12 +14,15 @@ What is predicted and learnt:
 
 * A kill is one prediction, ``p = predict(attacker, victim, t)``, then ``update``.
 * A placement event is one prediction per (better, worse) pair of players in different groups
-  (:func:`arenad.models.base.placement_pairs`): ``p = predict(better, worse, t)``, the
-  probability that the better-placed player beats the worse-placed one. Each model predicts
-  every pair of the match before it learns anything from it. Then a model that rates matches
-  (:class:`arenad.models.base.MatchModel`) learns with ``update_match(placements, t)``. A
-  kill-only model (ADR, Elo, Glicko-2, ...) does not learn from placements at all: its
-  pair predictions are still scored, from what it learnt from kills.
+  (:func:`arenad.models.base.placement_pairs`): ``p = predict_placement(model, better, worse,
+  t)`` (:func:`arenad.models.base.predict_placement`: the model's own pair prediction where it
+  has one, as ADR does, else its kill prediction ``predict``), the probability that the
+  better-placed player finishes above the worse-placed one. Each model predicts every pair of
+  the match before it learns anything from it. Then a model that rates matches
+  (:class:`arenad.models.base.MatchModel`: ADR with ``placement_weight`` > 0, ``glicko2-mp``,
+  ``trueskill-ffa``, ...) learns with ``update_match(placements, t)``. A kill-only model (Elo,
+  Glicko-2, ...) does not learn from placements at all: its pair predictions are still
+  scored, from what it learnt from kills.
 
 Two sets of metrics are reported for each model:
 

@@ -73,19 +73,25 @@ class TestPredictions:
         """The multiplier's steps are the pairs' predictions from the ratings before the match
         (what the harness scored), one calibration step each, in the match's pair order."""
         eng = warmed(ADRParams())
-        match = in_order(eng)
+        match = (*in_order(eng), ("newcomer",))  # a pair with a newcomer was scored 0.5
         k = eng._kc
-        d = k["theta"] + k["lam"] * eng._sum_sigma / len(eng)
-        ids = [eng.ids[g[0]] for g in match]
+        ids = [eng.ids[g[0]] for g in match[:-1]]
+        pairs = [(i, j) for n, i in enumerate(ids) for j in ids[n + 1 :]]
+        scale = eng._prediction_scale()
+        zs = [eng._cal * ((eng._r[i] - eng._r[j]) / scale) for i, j in pairs]
+        # the arguments are those of the scored predictions, all made at the multiplier before
+        assert [calibrated(eng._pcal, z, k["logistic"])[0] for z in zs] == [
+            eng.predict_placement(i, j) for i, j in pairs
+        ]
         state = (eng._pcal, eng._pcal_info, eng._pcal_n)
-        for n, i in enumerate(ids):
-            for j in ids[n + 1 :]:
-                z = eng._cal * ((eng._r[i] - eng._r[j]) / d)
-                _, grad, fisher = calibrated(state[0], z, k["logistic"])
-                state = calibration_step(state, grad, fisher, k["cal_keep"], k)
+        for z in zs:  # then one step a pair, the multiplier moving from step to step
+            _, grad, fisher = calibrated(state[0], z, k["logistic"])
+            state = calibration_step(state, grad, fisher, k["cal_keep"], k)
         cal = eng.calibration
         eng.apply_placement(match, eng.clock)
+        assert "newcomer" in eng.ids  # joined, and learnt from, but not a calibration step
         assert (eng._pcal, eng._pcal_info, eng._pcal_n) == state
+        assert eng._pcal_n == len(ids) * (len(ids) - 1) // 2
         assert eng.calibration == cal  # the kill calibration learns from kills alone
 
 
@@ -119,6 +125,23 @@ class TestState:
         back = Engine.from_state(eng.export_state())
         assert (back._pcal, back._pcal_info, back._pcal_n) == (eng._pcal, eng._pcal_info, eng._pcal_n)
         assert all(back.predict_placement(i, j) == eng.predict_placement(i, j) for i, j in all_pairs(eng))
+
+    def test_a_state_loaded_with_it_off_predicts_pairs_as_kills(self) -> None:
+        """Turned off (or the calibration with it) at a restart: the saved multipliers are not
+        applied, as a replay under the new settings would not have them."""
+        eng = warmed(ADRParams())
+        fresh = warmed(ADRParams(calibration_memory=0.0))
+        for k in range(3):
+            match = in_order(eng)
+            eng.apply_placement(match, eng.clock + k)
+            fresh.apply_placement(match, fresh.clock + k)
+        state = eng.export_state()
+        off = Engine.from_state(state, ADRParams(placement_calibration=False))
+        assert off.placement_calibration == 1.0 and off.calibration == eng.calibration
+        assert all(off.predict_placement(i, j) == off.predict(i, j) for i, j in all_pairs(off))
+        none = Engine.from_state(state, ADRParams(calibration_memory=0.0))
+        assert none.placement_calibration == 1.0 and none.calibration == 1.0
+        assert all(none.predict(i, j) == fresh.predict(i, j) for i, j in all_pairs(none))
 
     def test_a_state_from_before_it_starts_at_one(self) -> None:
         eng = warmed(ADRParams())
