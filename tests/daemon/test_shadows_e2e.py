@@ -19,6 +19,7 @@ from arenad.daemon.emit import simulated_kills
 from arenad.daemon.state import Checkpoints, PlacementRecord, read_records
 from arenad.evaluation import metrics
 from arenad.models import BUILTIN_MODELS, placement_pairs, rates_matches
+from arenad.models.base import predict_placement
 
 KILL_SHADOWS = ("elo", "glicko2", "trueskill")
 #: Built-in models that also rate match placements (TrueSkill FFA, Glicko-2 MP-weighted).
@@ -72,7 +73,7 @@ def offline(names: tuple[str, ...], evs: list[dict[str, Any]], window: int) -> d
         for name, model in models.items():
             if "placements" in ev:
                 pairs = placement_pairs(ev["placements"])
-                predictions[name] += [model.predict(a, b, ev["t"]) for a, b in pairs]
+                predictions[name] += [predict_placement(model, a, b, ev["t"]) for a, b in pairs]
                 if rates_matches(model):
                     model.update_match(ev["placements"], ev["t"])  # type: ignore[attr-defined]
             else:
