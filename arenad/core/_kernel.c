@@ -342,7 +342,8 @@ static int activate(KernelObject *self, const double *aring, char *active, const
     active[i] = 1;
     if (set_int(self, K_NACTIVE, n_active + 1) < 0 || set_double(self, K_SUM_ACTIVE, sum_active + r_now) < 0)
         return -1;
-    return tier_active ? tier_count_add(tier_active, k, 1) : 0;
+    /* the tier's count and, at index 0, the total */
+    return tier_active ? (tier_count_add(tier_active, k, 1) < 0 ? -1 : tier_count_add(tier_active, 0, 1)) : 0;
 }
 
 /* ---- the §2.1 cooldown in C ---- */
@@ -771,7 +772,8 @@ static int tier_place(KernelObject *self, PyObject *tier_obj, const char *active
     }
     Py_ssize_t k = 1 + lo;
     if (k > TIER_COUNT) return 0;
-    if (tier_count_add(counts, k, 1) < 0 || (on && tier_count_add(on, k, 1) < 0)) return -1;
+    if (tier_count_add(counts, k, 1) < 0 || (on && (tier_count_add(on, k, 1) < 0 || tier_count_add(on, 0, 1) < 0)))
+        return -1;
     PyByteArray_AS_STRING(tier_obj)[i] = (char)k;
     acc[i] = 0.0;
     return 1;
@@ -785,16 +787,20 @@ static int tier_place(KernelObject *self, PyObject *tier_obj, const char *active
 static double tier_need(KernelObject *self, int active, int old, int new) {
     if (self->h_toward == self->h_away) return self->h_toward;
     if (!active) return self->h_req;
-    PyObject *on = tier_list(self, K_TIER_ACTIVE);
+    /* Three items only (the two tiers and, at index 0, the total): this runs for every event
+     * outside its player's band, so it does not check the whole list as tier_list does. */
+    PyObject *on = ITEM(K_TIER_ACTIVE);
     if (!on) return -1.0;
-    long long c[TIER_COUNT + 1], n = 0;
-    for (int k = 0; k <= TIER_COUNT; k++) {
-        c[k] = PyLong_AsLongLong(PyList_GET_ITEM(on, k));
-        if (c[k] == -1 && PyErr_Occurred()) return -1.0;
-        n += c[k];
+    if (!PyList_CheckExact(on) || PyList_GET_SIZE(on) != TIER_COUNT + 1) return -1.0;
+    PyObject *items[3] = {PyList_GET_ITEM(on, 0), PyList_GET_ITEM(on, old), PyList_GET_ITEM(on, new)};
+    long long c[3];
+    for (int q = 0; q < 3; q++) {
+        if (!PyLong_CheckExact(items[q])) return -1.0;
+        c[q] = PyLong_AsLongLong(items[q]);
+        if (c[q] == -1 && PyErr_Occurred()) return -1.0;
     }
-    double nd = (double)n;
-    double x = ((double)c[old] - self->tier_p[old] * nd) - ((double)c[new] - self->tier_p[new] * nd);
+    double nd = (double)c[0];
+    double x = ((double)c[1] - self->tier_p[old] * nd) - ((double)c[2] - self->tier_p[new] * nd);
     return x > 1.0 ? self->h_toward : self->h_away;
 }
 
@@ -899,9 +905,18 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
         PyList_GET_SIZE(bounds) != TIER_COUNT + 1)
         return PyErr_Format(PyExc_IndexError, "Engine tier or activity columns are too short");
     /* activate() changes the counts of active placed players in C, with no Python to hand back
-     * to: their list is checked here, before anything of the event is written. */
-    if (!tier_list(self, K_TIER_ACTIVE))
-        return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "Engine._tier_active must be a list of 16 ints");
+     * to: when this event can activate a placed player (inactive, placed, at its n_active-th
+     * counted event or later), their list is checked here, before anything of the event is
+     * written. Only then: the check reads 16 items, and most events activate nobody. */
+    {
+        const char *act = PyByteArray_AS_STRING(active_obj), *tr = PyByteArray_AS_STRING(tier_obj);
+        const int64_t *cnt = icol(col[C_N]);
+        int may_a = !act[a] && tr[a] && cnt[a] + 1 >= self->n_act;
+        int may_b = !act[b] && tr[b] && cnt[b] + 1 >= self->n_act;
+        if ((may_a || may_b) && !tier_list(self, K_TIER_ACTIVE))
+            return PyErr_Occurred() ? NULL
+                                    : PyErr_Format(PyExc_TypeError, "Engine._tier_active must be a list of 16 ints");
+    }
     if (cd_ensure(self) < 0) return NULL;
 
     /* --- from here on the event is valid: the same steps as Engine._apply_py --- */
@@ -1234,22 +1249,17 @@ static PyObject *apply_event(KernelObject *self, PyObject *attacker, PyObject *v
             }
             double h = acc[i];
             if (r >= upper || r < lower) { /* not a NaN: Python's else branch is its to take */
-                int to = r >= upper ? k - 1 : k + 1;
-                double need = tier_need(self, PyByteArray_AS_STRING(active_obj)[i], k, to);
+                int up = r >= upper, to = up ? k - 1 : k + 1;
+                h = up ? (h > 0.0 ? h : 0.0) + (r - upper) : (h < 0.0 ? -h : 0.0) + (lower - r);
+                /* Below the lower of tier_pull's thresholds no move is due whichever applies, so
+                 * the counts are read (tier_need) only for an accumulator that reached it. */
+                double need = h >= self->h_toward ? tier_need(self, PyByteArray_AS_STRING(active_obj)[i], k, to)
+                                                  : self->h_toward;
                 if (PyErr_Occurred()) return NULL;
                 if (need >= 0.0) {
-                    if (r >= upper) {
-                        h = (h > 0.0 ? h : 0.0) + (r - upper);
-                        if (!(h >= need)) {
-                            acc[i] = h;
-                            continue;
-                        }
-                    } else {
-                        h = (h < 0.0 ? -h : 0.0) + (lower - r);
-                        if (!(h >= need)) {
-                            acc[i] = -h;
-                            continue;
-                        }
+                    if (!(h >= need)) {
+                        acc[i] = up ? h : -h;
+                        continue;
                     }
                     int moved = tier_move(self, tier_obj, PyByteArray_AS_STRING(active_obj), acc, i, k, to);
                     if (moved < 0) return NULL;

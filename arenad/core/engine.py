@@ -485,7 +485,7 @@ class Engine:
         self._tier_counts = [0] * (TIER_COUNT + 1)
         # Active placed players per tier, exact at every event (tier_pull's counts: the targets
         # p_k are shares of the active placed players, as the §6.3 boundaries are quantiles of
-        # the active ones); index 0 (unplaced) stays 0.
+        # the active ones); index 0 holds their total, so a threshold reads three numbers.
         self._tier_active = [0] * (TIER_COUNT + 1)
         self.calibrations = 0
         self.offset = 0.0  # visible mu = r + offset
@@ -1189,6 +1189,7 @@ class Engine:
             k = self._tier[i]
             if k:
                 self._tier_active[k] += 1
+                self._tier_active[0] += 1
             self._sum_r_active += r_now
             heapq.heappush(self._expiry, (horizon, i))
 
@@ -1210,6 +1211,7 @@ class Engine:
                 k = self._tier[i]
                 if k:
                     self._tier_active[k] -= 1
+                    self._tier_active[0] -= 1
                 self._sum_r_active -= self._r[i]
 
     def _tiers_after_event(self, i: int, r: float, sigma: float) -> None:
@@ -1225,21 +1227,25 @@ class Engine:
                 self._tier_counts[k] += 1
                 if self._active[i]:
                     self._tier_active[k] += 1
+                    self._tier_active[0] += 1
                 self._h[i] = 0.0
             return
         # §6.4 promotion / demotion accumulators against the current tier's own boundaries.
         upper = self._bounds[k - 1]
         lower = self._bounds[k]
         h = self._h[i]
+        # Below the lower of tier_pull's thresholds no move is due whichever applies, so the
+        # counts are read (_tier_threshold) only for an accumulator that reached it.
+        toward = self._kc["h_toward"]
         if r >= upper:
             h = (h if h > 0.0 else 0.0) + (r - upper)
-            if h >= self._tier_threshold(self._active[i], k, k - 1):
+            if h >= toward and h >= self._tier_threshold(self._active[i], k, k - 1):
                 self._move_tier(i, k, k - 1)
             else:
                 self._h[i] = h
         elif r < lower:
             h = (-h if h < 0.0 else 0.0) + (lower - r)
-            if h >= self._tier_threshold(self._active[i], k, k + 1):
+            if h >= toward and h >= self._tier_threshold(self._active[i], k, k + 1):
                 self._move_tier(i, k, k + 1)
             else:
                 self._h[i] = -h
@@ -1264,7 +1270,7 @@ class Engine:
             h_req: float = k["h_req"]
             return h_req
         c = self._tier_active
-        n = sum(c)
+        n = c[0]  # the total of active placed players
         tp = k["tier_p"]
         x = (c[old] - tp[old] * n) - (c[new] - tp[new] * n)
         return toward if x > 1.0 else away
@@ -2136,7 +2142,8 @@ class Engine:
             counts[k] += 1
             if on:
                 active_counts[k] += 1
-        counts[0] = active_counts[0] = 0
+        counts[0] = 0
+        active_counts[0] = sum(active_counts[1:])
         eng._tier_counts = counts
         eng._tier_active = active_counts
         eng._ladder = eng._ladder_from_ratings()

@@ -109,11 +109,13 @@ def assert_same(native: Engine, py: Engine) -> None:
 
 
 def active_tier_counts(eng: Engine) -> list[int]:
-    """Active placed players per tier, counted from the columns (what _tier_active keeps)."""
+    """Active placed players per tier, counted from the columns (what _tier_active keeps), and
+    their total at index 0."""
     counts = [0] * 16
     for k, on in zip(eng._tier, eng._active, strict=True):
         if k and on:
             counts[k] += 1
+    counts[0] = sum(counts)
     return counts
 
 

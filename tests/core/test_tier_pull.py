@@ -22,7 +22,7 @@ counts = st.lists(st.integers(0, 500), min_size=TIER_COUNT, max_size=TIER_COUNT)
 
 def with_counts(params: ADRParams, active: list[int]) -> Engine:
     eng = Engine(params)
-    eng._tier_active = [0, *active]
+    eng._tier_active = [sum(active), *active]  # index 0: the total
     return eng
 
 
@@ -110,6 +110,7 @@ class TestMoves:
             for k, on in zip(eng._tier, eng._active, strict=True):
                 if k and on:
                     want[k] += 1
+            want[0] = sum(want)
             assert eng._tier_active == want
 
     def test_the_counts_survive_export_and_import(self) -> None:
