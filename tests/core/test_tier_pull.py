@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arenad.core.engine import Engine
+from arenad.core.engine import KERNEL, Engine
 from arenad.core.params import TIER_COUNT, ADRParams
 from arenad.evaluation.tiers import engine_shares
 from arenad.simulate import Population, ScenarioPlan, simulate_stream
@@ -148,3 +148,22 @@ def test_the_shares_follow_the_targets(seed: int) -> None:
     assert errors[0.75] <= 0.015
     assert errors[0.75] < errors[0.0]
     assert math.isclose(changes[0.75], changes[0.0], rel_tol=0.15)
+
+
+@pytest.mark.skipif(not KERNEL, reason="the C update kernel could not be built here")
+def test_the_kernel_refuses_a_broken_count_list_before_it_writes() -> None:
+    """An event that can activate a placed player changes _tier_active in C with no Python to
+    hand back to: a list of another shape is refused before anything of the event is written."""
+    eng = Engine(small(), native=True)
+    t = 1_700_000_000.0
+    for k in range(60):
+        eng.feed(f"p{k % 4}", f"p{(k + 1) % 4}", t + 10.0 * k)
+    t += 10.0 * 60 + 3 * 86400.0  # long past t_active: everyone expires at the next recalibration
+    eng.recalibrate(t)
+    i = eng.ids["p0"]
+    assert eng._tier[i] and not eng._active[i]
+    before = eng.export_state()
+    eng._tier_active = [0] * 3  # the wrong shape
+    with pytest.raises(TypeError, match="_tier_active"):
+        eng.feed("p0", "p1", t + 1.0)
+    assert eng.export_state() == before

@@ -104,11 +104,19 @@ def get(d: DaemonProcess, path: str) -> tuple[int, Any]:
         conn.close()
 
 
-def caught_up(d: DaemonProcess, seq: int) -> None:
-    """Until the web shows journal position ``seq`` and its name index is complete."""
+def caught_up(d: DaemonProcess, seq: int, players: int) -> None:
+    """Until the web shows journal position ``seq`` with its ``players`` rated, on every reader,
+    and its name index is complete. A position is journaled before the engine applies it, so a
+    reader forked in between shows the position over an engine without its events; and while a
+    generation hands over, another connection can still reach the reader it replaces: hence the
+    players too, and a run of answers in a row (each its own connection)."""
+
+    def current() -> bool:
+        body = get(d, "/api/v1/status")[1]
+        return bool(body["journal_seq"] == seq and body["players"] == players)
 
     def shown() -> bool:
-        return bool(get(d, "/api/v1/status")[1]["journal_seq"] == seq)
+        return all(current() for _ in range(12))
 
     def indexed() -> bool:
         return get(d, "/api/v1/search?q=r")[0] == 200
@@ -307,7 +315,7 @@ def test_readers_answer_what_the_daemons_loop_answers(tmp_path: Path) -> None:
         try:
             d.send_events(evs)
             d.wait_for(lambda s: s["journal_seq"] == len(evs))
-            caught_up(d, len(evs))
+            caught_up(d, len(evs), len({e[k] for e in evs for k in ("attacker", "victim")}))
             bodies.append({p: get(d, p) for p in paths})
         finally:
             d.stop()
