@@ -103,10 +103,9 @@ def calibration_step(
 ) -> tuple[float, float, float]:
     """One online calibration step (docs/adr.md "Online calibration"): ``state`` (c, its
     information, the steps taken) after a prediction whose ``calibrated`` pieces are ``grad``
-    and ``fisher``. The
-    information forgets at ``keep`` (1 - 1/calibration_memory), faster during the warm-up
-    (ADRParams.calibration_warmup: 1 - 1/max(20, warmup * n)); a Newton step, c kept in
-    [CAL_MIN, CAL_MAX]. The kill calibration and the placement pairs' take the same step; the
+    and ``fisher``. The information forgets at ``keep`` (1 - 1/calibration_memory), faster
+    during the warm-up (ADRParams.calibration_warmup: 1 - 1/max(20, warmup * n)); a Newton
+    step, c kept in [CAL_MIN, CAL_MAX]. The kill calibration and the placement pairs' take the same step; the
     kernel's ``predicted`` does the same operations for kills."""
     c, info, n = state
     n += 1.0
@@ -2136,12 +2135,13 @@ class Engine:
         sweep = state.get("sweep") or {}
         eng.next_sweep = float(sweep.get("next", -_INF))
         eng.sweeps = int(sweep.get("count", 0))
-        counts = [0] * (TIER_COUNT + 1)
-        active_counts = [0] * (TIER_COUNT + 1)
-        for k, on in zip(eng._tier, eng._active, strict=True):
-            counts[k] += 1
-            if on:
-                active_counts[k] += 1
+        # The placed players per tier, and the active ones (their total at index 0), counted
+        # from the columns in numpy: a Python loop over a million tiers was most of this step.
+        tier = np.frombuffer(eng._tier, dtype=np.uint8)
+        on = np.frombuffer(eng._active, dtype=np.bool_)  # the column holds only 0 and 1
+        counts = np.bincount(tier, minlength=TIER_COUNT + 1).tolist()
+        active_counts = np.bincount(tier[on], minlength=TIER_COUNT + 1).tolist()
+        del tier, on  # release the buffers: the columns must stay resizable
         counts[0] = 0
         active_counts[0] = sum(active_counts[1:])
         eng._tier_counts = counts
